@@ -1,0 +1,157 @@
+"""Configuration lint: settings known to break ROCm training, read from the fingerprint.
+
+No GPU work. Each check is its own variant so the matrix says which one failed.
+Facts: failure catalogue §0 (allocator variables), §6 (HSA_OVERRIDE_GFX_VERSION),
+§7 (torch.int1), §10 (arch missing from the wheel).
+"""
+import os
+import re
+import sys
+
+import rocmcheck
+
+CHECKS = ("hsa-override", "arch-in-wheel", "torch-int1", "alloc-conf", "python-version")
+
+LINKS = (
+    "https://github.com/ROCm/legacy-rocm-build/issues/5238",
+    "https://github.com/ROCm/legacy-rocm-build/issues/5824",
+    "https://github.com/pytorch/pytorch/issues/132570",
+    "https://github.com/pytorch/ao/pull/1544",
+    "https://github.com/pytorch/pytorch/issues/183387",
+    "https://github.com/pytorch/pytorch/pull/167659",
+)
+
+# Newest Python each torch minor has wheels for (older torch on newer Python breaks the stack).
+NEWEST_PYTHON = ((2, 1, (3, 11)), (2, 4, (3, 12)), (2, 8, (3, 13)), (99, 99, (3, 14)))
+ALLOC_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
+
+
+def version_tuple(text):
+    nums = re.findall(r"\d+", str(text or "").split("+")[0])
+    return tuple(int(n) for n in nums[:3])
+
+
+def gfx_from_override(value):
+    """'11.0.0' -> 'gfx1100', '9.0.10' -> 'gfx90a'; None when malformed."""
+    match = re.fullmatch(r"\s*(\d+)\.(\d+)\.(\d+)\s*", value or "")
+    if not match:
+        return None
+    major, minor, step = (int(g) for g in match.groups())
+    return f"gfx{major}{minor}{step:x}"
+
+
+def gfx_from_kfd(target):
+    """KFD `gfx_target_version` 110501 -> 'gfx1151', 90010 -> 'gfx90a'."""
+    return f"gfx{target // 10000}{(target // 100) % 100}{target % 100:x}"
+
+
+def gfx_major(arch):
+    match = re.match(r"gfx(\d+?)(\d[0-9a-f]{2})$", arch or "")
+    return int(match.group(1)) if match else None
+
+
+def check_hsa_override(facts):
+    env = facts["env"]
+    if "HSA_OVERRIDE_GFX_VERSION" not in env:
+        return [], []
+    value = env["HSA_OVERRIDE_GFX_VERSION"]
+    wanted = gfx_from_override(value)
+    if not value.strip():
+        return [], ["HSA_OVERRIDE_GFX_VERSION is set but empty (older runtimes fell back to gfx000)"]
+    if wanted is None:
+        return [f"HSA_OVERRIDE_GFX_VERSION={value!r} is not of the form MAJOR.MINOR.STEP"], []
+    physical = [gfx_from_kfd(t) for t in facts["kfd_gfx_targets"]]
+    mismatched = [a for a in physical if gfx_major(a) != gfx_major(wanted)]
+    if mismatched:
+        return [f"HSA_OVERRIDE_GFX_VERSION={value} makes {', '.join(mismatched)} report as {wanted}: a different "
+                f"major version (a stale override causes 'Memory access fault ... (nil)')"], []
+    if wanted in physical:
+        return [], [f"HSA_OVERRIDE_GFX_VERSION={value} names the GPU's own arch {wanted}: it does nothing, unset it"]
+    arch_list = facts["arch_list"]
+    if physical and all(a in arch_list for a in physical):
+        return [], [f"HSA_OVERRIDE_GFX_VERSION={value} is set although the wheel supports {', '.join(physical)} natively"]
+    return [], [f"HSA_OVERRIDE_GFX_VERSION={value} is set (AMD: meant for internal debugging, not a workaround)"]
+
+
+def check_arch_in_wheel(facts):
+    archs = sorted({d["arch"] for d in facts["devices"] if d and d.get("arch")})
+    if not archs:
+        raise rocmcheck.Skip("no GPU visible: nothing to compare with the wheel's arch list")
+    arch_list = facts["arch_list"]
+    missing = [a for a in archs if a not in arch_list and a.replace("sm_", "compute_") not in arch_list]
+    if missing:
+        return [f"GPU arch {', '.join(missing)} is not in this wheel's arch list ({' '.join(arch_list) or 'empty'}): "
+                f"expect 'invalid device function'"], []
+    return [], []
+
+
+def check_torch_int1(facts):
+    users = [p for p in ("torchao", "torchtune") if p in facts["packages"]]
+    torch_version = facts["torch"]
+    if users and (not facts["has_int1"] or version_tuple(torch_version) < (2, 6)):
+        pkgs = ", ".join(f"{p} {facts['packages'][p]}" for p in users)
+        return [f"torch {torch_version} has no torch.int1 (added in 2.6) but {pkgs} need it: "
+                f"\"module 'torch' has no attribute 'int1'\""], []
+    return [], []
+
+
+def check_alloc_conf(facts):
+    env, torch_version, backend = facts["env"], version_tuple(facts["torch"]), facts["backend"]
+    set_vars = [v for v in ALLOC_VARS if v in env]
+    problems = []
+    if "PYTORCH_ALLOC_CONF" in env and torch_version < (2, 8):
+        problems.append(f"PYTORCH_ALLOC_CONF is ignored by torch {facts['torch']} (read from 2.8 on)")
+    if "PYTORCH_ALLOC_CONF" in env and backend == "cuda" and (2, 9) <= torch_version < (2, 11):
+        problems.append("PYTORCH_ALLOC_CONF was silently ignored on CUDA builds 2.9-2.10 (pytorch #183387)")
+    if "PYTORCH_HIP_ALLOC_CONF" in env:
+        if backend == "cuda":
+            problems.append("PYTORCH_HIP_ALLOC_CONF is ignored by a CUDA build")
+        elif "PYTORCH_CUDA_ALLOC_CONF" in env or ("PYTORCH_ALLOC_CONF" in env and torch_version >= (2, 8)):
+            problems.append("PYTORCH_HIP_ALLOC_CONF is ignored: it is read only when PYTORCH_CUDA_ALLOC_CONF "
+                            "(and PYTORCH_ALLOC_CONF) are unset")
+    if len({env[v] for v in set_vars}) > 1:
+        problems.append("allocator variables disagree: " + ", ".join(f"{v}={env[v]}" for v in set_vars))
+    return [], problems  # an ignored setting is a known risk (warn), the run itself works
+
+
+def check_python_version(facts):
+    py = version_tuple(facts["python"])[:2]
+    tv = version_tuple(facts["torch"])[:2]
+    newest = next(limit for major, minor, limit in NEWEST_PYTHON if tv <= (major, minor))
+    if py > newest:
+        return [], [f"Python {facts['python']} is newer than torch {facts['torch']} supports "
+                    f"(newest {newest[0]}.{newest[1]}): binary extensions may break"]
+    return [], []
+
+
+CHECK_FUNCS = {"hsa-override": check_hsa_override, "arch-in-wheel": check_arch_in_wheel,
+               "torch-int1": check_torch_int1, "alloc-conf": check_alloc_conf,
+               "python-version": check_python_version}
+
+
+def gather_facts():
+    from rocmcheck.fingerprint import device_facts, env_vars, kfd_gfx_targets, package_versions
+
+    dev = device_facts()
+    return {"env": env_vars(), "kfd_gfx_targets": kfd_gfx_targets(), "packages": package_versions(),
+            "python": sys.version.split()[0], "torch": dev.get("torch"), "has_int1": dev.get("has_int1", False),
+            "arch_list": dev.get("arch_list") or [], "devices": dev.get("devices") or [],
+            "backend": dev.get("backend")}
+
+
+@rocmcheck.probe(
+    "config-lint",
+    title="Configuration lint",
+    targets="stale HSA_OVERRIDE_GFX_VERSION, arch missing from the wheel, torch<2.6 with torchao/torchtune, "
+            "allocator variable this build ignores, Python too new for torch",
+    links=LINKS,
+    timeout=60,
+    gate=True,
+    variants={"check": CHECKS},
+)
+def config_lint(ctx, check):
+    problems, risks = CHECK_FUNCS[check](gather_facts())
+    for risk in risks:
+        ctx.warn(risk)
+    assert not problems, "; ".join(problems)
+    ctx.measure(env_checked=sorted(k for k in os.environ if k.startswith(("HSA_", "PYTORCH_"))))

@@ -1,0 +1,180 @@
+"""The probe's side of isolation: runs one task and leaves a result file.
+
+The same code runs in a child forked from the zygote and in a freshly spawned
+interpreter (`python -m rocmcheck.child`). Its stdin is a "lifeline" pipe whose
+write end only the parent holds: when the parent dies, the child kills its own
+process group, so no orphan survives. The result is written atomically; a child
+that dies without one can never be taken for `pass`.
+"""
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Dict, Optional, TextIO
+
+from . import faults, registry
+from .context import ProbeContext
+from .errors import Skip
+from .jsonsafe import jsonsafe
+from .model import Status
+
+_stack_file: Optional[TextIO] = None  # faulthandler needs the file kept open
+
+
+def watch_lifeline(fd: int = 0) -> None:
+    """Kill our whole process group when the parent's end of the lifeline closes."""
+
+    def wait_for_eof() -> None:
+        try:
+            while os.read(fd, 4096):
+                pass
+        except OSError:
+            pass
+        if hasattr(os, "killpg"):
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os._exit(70)
+
+    threading.Thread(target=wait_for_eof, name="rocmcheck-lifeline", daemon=True).start()
+
+
+def arm_stack_dumps(path: str, timeout: float) -> None:
+    """Fatal signals and the parent's SIGUSR1 dump every thread's Python stack to `path`."""
+    global _stack_file
+    _stack_file = open(path, "w")
+    faulthandler.enable(file=_stack_file, all_threads=True)
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True, chain=False)
+    else:  # Windows: no signal to ask with, so dump shortly before the watchdog fires
+        faulthandler.dump_traceback_later(max(timeout - 0.5, 0.1), exit=False, file=_stack_file)
+
+
+def runtime_init(device: str) -> None:
+    """Initialise the GPU runtime in this child (never in the parent)."""
+    if device == "cpu":
+        return
+    import torch
+
+    torch.cuda.init()
+    torch.cuda.set_device(torch.device(device))
+
+
+def _error_fields(exc: BaseException) -> Dict[str, Any]:
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    }
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return "OutOfMemoryError" in type(exc).__name__ or "out of memory" in str(exc).lower()
+
+
+def run_probe(task: Dict[str, Any]) -> Dict[str, Any]:
+    """Load, inject, initialise and run the task's probe; classify the outcome."""
+    registry.load_all(task.get("probes_paths", []))
+    spec = registry.get(task["probe"])
+    if spec is None:
+        return {"status": Status.ERROR.value, "message": f"probe '{task['probe']}' not found in the child"}
+    installed = faults.install(faults.parse(task.get("faults", "")), spec.id)
+    try:
+        runtime_init(task["device"])
+    except Exception as exc:
+        return {"status": Status.ERROR.value, "message": f"GPU runtime init failed: {_first_line(exc)}",
+                "gpu_init_failed": True, "exception": _error_fields(exc)}
+    ctx = ProbeContext(device=task["device"], profile=task.get("profile", "full"),
+                      params=dict(task.get("params", {})), timeout=float(task.get("timeout", 60)))
+    result: Dict[str, Any] = {"faults_installed": installed}
+    start = time.perf_counter()
+    try:
+        returned = spec.func(ctx, **ctx.params)
+        ctx.synchronize()
+        if isinstance(returned, dict):
+            ctx.measurements.update(returned)
+        status = Status.WARN if ctx.warnings else Status.PASS
+        result.update(status=status.value, message="; ".join(ctx.warnings) or "ok")
+    except Skip as exc:
+        result.update(status=Status.SKIP.value, message=str(exc))
+    except AssertionError as exc:
+        ctx.measurements.update(getattr(exc, "measurements", {}))
+        result.update(status=Status.FAIL.value, message=_first_line(exc), exception=_error_fields(exc))
+    except BaseException as exc:  # noqa: BLE001 - every other exception is a verdict, not our crash
+        message = _first_line(exc)
+        if _is_oom(exc):
+            message = f"out of memory: {message}"
+        result.update(status=Status.ERROR.value, message=message, exception=_error_fields(exc))
+    result["probe_s"] = time.perf_counter() - start
+    result["measurements"] = ctx.measurements
+    result["warnings"] = ctx.warnings
+    return result
+
+
+def run_call(task: Dict[str, Any]) -> Dict[str, Any]:
+    """Internal tasks (device facts for the fingerprint): `module:function` returning a dict."""
+    module, _, name = task["call"].partition(":")
+    data = getattr(importlib.import_module(module), name)(task)
+    return {"status": Status.PASS.value, "message": "ok", "data": data}
+
+
+def write_result(path: str, result: Dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(jsonsafe(result), fh, allow_nan=False)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def execute(task: Dict[str, Any]) -> None:
+    """Everything a child does once it has its task; never returns normally."""
+    os.environ.update(task.get("env", {}))
+    arm_stack_dumps(task["stack_path"], float(task.get("timeout", 60)))
+    try:
+        result = run_call(task) if task.get("call") else run_probe(task)
+    except BaseException as exc:  # noqa: BLE001 - harness failure inside the child: still a result
+        result = {"status": Status.ERROR.value, "message": f"rocmcheck child failed: {_first_line(exc)}",
+                  "exception": _error_fields(exc)}
+    write_result(task["result_path"], result)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter teardown: a wedged runtime must not turn a verdict into a hang
+
+
+def preload(probes_paths: Any = ()) -> None:
+    """Import torch and the probe modules ahead of the task (zygote and standby children)."""
+    try:
+        import torch  # noqa: F401
+    except Exception:
+        pass  # the probe that needs torch reports the import error itself
+    registry.load_all(probes_paths)
+    faults.catalogue()
+
+
+def main() -> None:
+    """Spawned child: preload, then read the task file's path from the lifeline."""
+    preload(json.loads(os.environ.get("ROCMCHECK_CHILD_PROBES_PATHS", "[]")))
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(0, 1)
+        if not chunk:
+            os._exit(71)  # parent went away before sending a task
+        line += chunk
+    watch_lifeline(0)
+    with open(line.decode().strip(), encoding="utf-8") as fh:
+        execute(json.load(fh))
+
+
+if __name__ == "__main__":
+    main()

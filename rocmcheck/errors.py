@@ -1,0 +1,39 @@
+"""Exceptions users and probes see. The exception tree:
+
+    RocmcheckError
+    ├── UsageError        bad input from the user: one-line message, exit code 2
+    └── GateFailed        rocmcheck.gate() found NO-GO
+    ProbeFailure (AssertionError)  a probe's result was wrong -> verdict `fail`
+    Skip (Exception)               a probe does not apply here -> verdict `skip`
+"""
+from __future__ import annotations
+
+from typing import Any, List
+
+
+class RocmcheckError(Exception):
+    """Base of rocmcheck's own errors."""
+
+
+class UsageError(RocmcheckError):
+    """Bad input (unknown probe id, bad option value, unreadable path, malformed JSON)."""
+
+
+class GateFailed(RocmcheckError):
+    """Raised by `rocmcheck.gate()` on NO-GO; `.verdicts` holds every verdict of the gate."""
+
+    def __init__(self, message: str, verdicts: List[Any]):
+        super().__init__(message)
+        self.verdicts = verdicts
+
+
+class ProbeFailure(AssertionError):
+    """Raise from a probe when the result is wrong; carries optional measurements."""
+
+    def __init__(self, message: str, **measurements: Any):
+        super().__init__(message)
+        self.measurements = measurements
+
+
+class Skip(Exception):
+    """Raise from a probe (or call `ctx.skip`) when it does not apply on this machine."""

@@ -1,0 +1,87 @@
+"""Fault injection: make a probe meet a known fault, on any machine.
+
+A fault is installed inside the probe's child process, right before the probe runs,
+at the torch API level (a patched `Tensor.to`, `torch.matmul`, `autograd.backward`...)
+or at the process level (a signal, an abort, a flood of output). The probe's own
+detection logic then has to catch it, which is how the project's tests prove every
+detector on a machine without a GPU, and how users prove their gate and CI fail.
+
+Spec syntax (`--inject` or ROCMCHECK_INJECT): `NAME[:ARG][@PROBE_GLOB]`, comma-separated.
+ARG narrows the fault (e.g. one copy API); PROBE_GLOB limits it to matching probe ids.
+"""
+from __future__ import annotations
+
+import fnmatch
+import importlib
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional
+
+from ..errors import UsageError
+
+INJECT_ENV = "ROCMCHECK_INJECT"
+_BUILTIN_MODULES = ("process", "data")
+
+_FAULTS: Dict[str, "Fault"] = {}
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    help: str
+    install: Callable[[Optional[str]], None]
+    args: str = ""  # what ARG may be, for the catalogue
+
+
+def fault(name: str, help: str, args: str = "") -> Callable[[Callable[[Optional[str]], None]], Callable[[Optional[str]], None]]:
+    """Register `install(arg)` as fault `name`; it runs in the child before the probe."""
+
+    def register(install: Callable[[Optional[str]], None]) -> Callable[[Optional[str]], None]:
+        _FAULTS[name] = Fault(name, help, install, args)
+        return install
+
+    return register
+
+
+def catalogue() -> Dict[str, Fault]:
+    """Every known fault: the built-in ones plus those registered by loaded probe modules."""
+    for mod in _BUILTIN_MODULES:
+        importlib.import_module(f"{__name__}.{mod}")
+    return dict(sorted(_FAULTS.items()))
+
+
+@dataclass(frozen=True)
+class FaultRequest:
+    name: str
+    arg: Optional[str] = None
+    scope: str = "*"
+
+    def applies_to(self, probe_id: str) -> bool:
+        return fnmatch.fnmatchcase(probe_id, self.scope)
+
+    def __str__(self) -> str:
+        text = self.name + (f":{self.arg}" if self.arg else "")
+        return text + (f"@{self.scope}" if self.scope != "*" else "")
+
+
+def parse(spec: str) -> List[FaultRequest]:
+    """Parse and validate an injection spec; unknown names are a UsageError."""
+    known = catalogue()
+    requests = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        body, _, scope = part.partition("@")
+        name, _, arg = body.partition(":")
+        if name not in known:
+            raise UsageError(f"unknown fault '{name}' (see: rocmcheck list --faults)")
+        requests.append(FaultRequest(name, arg or None, scope or "*"))
+    return requests
+
+
+def install(requests: List[FaultRequest], probe_id: str) -> List[str]:
+    """Install the requests that apply to `probe_id`; returns what was installed."""
+    known = catalogue()
+    installed = []
+    for req in requests:
+        if req.applies_to(probe_id):
+            known[req.name].install(req.arg)
+            installed.append(str(req))
+    return installed

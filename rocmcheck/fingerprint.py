@@ -1,0 +1,170 @@
+"""The environment fingerprint: what a bug report and a cross-machine matrix need.
+
+Host facts (OS, kernel, Python, allow-listed environment, package versions) are read
+in the parent without importing torch. Device facts come from a child task
+(`device_facts`), so the parent never initialises the GPU runtime; there we reuse
+`torch.utils.collect_env` for the OS, driver and runtime versions. Every field is
+guarded: a field that cannot be read is None, never an exception.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+ENV_PREFIXES = ("HSA_", "HIP_", "ROCR_", "ROCM_", "AMD_", "MIOPEN_", "PYTORCH_", "TORCH_", "CUDA_", "NCCL_",
+                "RCCL_", "HIPBLASLT_", "ROCBLAS_", "TENSILE_", "GPU_", "OMP_", "MKL_", "NVIDIA_", "CUBLAS_")
+ENV_DENY_WORDS = ("TOKEN", "SECRET", "PASSW", "PWD", "KEY", "AUTH", "CREDENTIAL", "COOKIE", "SESSION", "PRIVATE")
+RELATED_PACKAGES = ("torch", "numpy", "transformers", "peft", "accelerate", "torchao", "torchtune",
+                    "bitsandbytes", "flash-attn", "flash_attn", "triton", "pytorch-triton-rocm", "deepspeed",
+                    "xformers", "diffusers", "lightning", "pytorch-lightning")
+CMD_TIMEOUT_S = 5.0
+
+
+def guarded(fn: Callable[[], Any]) -> Any:
+    """Run one fact-gathering step; a failure yields None."""
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+def run_cmd(command: str) -> Tuple[int, str, str]:
+    """collect_env-compatible runner with a time limit (collect_env's own has none)."""
+    try:
+        proc = subprocess.run(command, shell=True, capture_output=True, timeout=CMD_TIMEOUT_S, text=True)
+        return proc.returncode, proc.stdout.strip(), proc.stderr.strip()
+    except (subprocess.TimeoutExpired, OSError) as exc:
+        return 127, "", str(exc)
+
+
+def env_vars(environ: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """Allow-listed GPU-relevant variables, minus any whose name looks secret."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(environ.items())
+            if k.startswith(ENV_PREFIXES) and not any(w in k.upper() for w in ENV_DENY_WORDS)}
+
+
+def package_versions() -> Dict[str, str]:
+    found = {}
+    for name in RELATED_PACKAGES:
+        version = guarded(lambda: metadata.version(name))
+        if version:
+            found[name] = version
+    return found
+
+
+def is_wsl() -> bool:
+    release = platform.release().lower()
+    return "microsoft" in release or "wsl" in release or Path("/proc/sys/fs/binfmt_misc/WSLInterop").exists()
+
+
+GPU_CMDLINE_RE = re.compile(r"^(iommu|amd_iommu|intel_iommu|amdgpu\.|radeon\.|pci=|pcie_|nvidia)")
+
+
+def kernel_cmdline() -> Optional[List[str]]:
+    """The kernel command-line options that matter to GPUs (iommu=pt, amdgpu.*), nothing else."""
+    text = guarded(lambda: Path("/proc/cmdline").read_text())
+    return None if text is None else [t for t in text.split() if GPU_CMDLINE_RE.match(t)]
+
+
+def kfd_gfx_targets() -> List[int]:
+    """`gfx_target_version` of each GPU node in the KFD topology (110501 = gfx1151)."""
+    targets = []
+    for props in sorted(Path("/sys/class/kfd/kfd/topology/nodes").glob("*/properties")):
+        match = guarded(lambda: re.search(r"^gfx_target_version (\d+)", props.read_text(), re.M))
+        if match and int(match.group(1)):
+            targets.append(int(match.group(1)))
+    return targets
+
+
+def host_facts() -> Dict[str, Any]:
+    """Facts readable without torch or a GPU."""
+    return {
+        "os": guarded(platform.platform),
+        "system": platform.system(),
+        "kernel": guarded(platform.release),
+        "wsl": guarded(is_wsl),
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+        "python_impl": platform.python_implementation(),
+        "kernel_cmdline": kernel_cmdline(),
+        "kfd_gfx_targets": guarded(kfd_gfx_targets) or [],
+        "env": env_vars(),
+        "packages": package_versions(),
+    }
+
+
+def bare_arch(gcn_arch: Optional[str]) -> Optional[str]:
+    """'gfx942:sramecc+:xnack-' -> 'gfx942'."""
+    return gcn_arch.split(":")[0] if gcn_arch else None
+
+
+def _device(torch: Any, index: int) -> Dict[str, Any]:
+    props = torch.cuda.get_device_properties(index)
+    gcn = getattr(props, "gcnArchName", None)
+    arch = bare_arch(gcn) if torch.version.hip else f"sm_{props.major}{props.minor}"
+    return {
+        "index": index, "name": props.name, "arch": arch, "gcn_arch_name": gcn,
+        "compute_capability": f"{props.major}.{props.minor}",
+        "memory_bytes": int(props.total_memory),
+        "multiprocessors": getattr(props, "multi_processor_count", None),
+    }
+
+
+def _collect_env_facts(torch: Any) -> Dict[str, Any]:
+    from torch.utils import collect_env
+
+    facts = {
+        "os_collect_env": guarded(lambda: collect_env.get_os(run_cmd)),
+        "libc": guarded(collect_env.get_libc_version),
+        "nvidia_driver": guarded(lambda: collect_env.get_nvidia_driver_version(run_cmd)),
+    }
+    if torch.version.hip:
+        info = guarded(collect_env.get_env_info)  # HIP/MIOpen runtime versions live only there
+        facts["hip_runtime"] = getattr(info, "hip_runtime_version", None)
+        facts["miopen_runtime"] = getattr(info, "miopen_runtime_version", None)
+    return facts
+
+
+def device_facts(task: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Run in a child: torch build, devices and runtime versions. Initialises the GPU."""
+    try:
+        import torch
+    except Exception as exc:
+        return {"torch_error": f"{type(exc).__name__}: {exc}", "device_count": 0, "backend": "cpu"}
+    hip = getattr(torch.version, "hip", None)
+    cuda = getattr(torch.version, "cuda", None)
+    facts: Dict[str, Any] = {
+        "torch": torch.__version__,
+        "hip": hip,
+        "rocm": getattr(torch.version, "rocm", None),
+        "cuda": cuda,
+        "git": getattr(torch.version, "git_version", None),
+        "debug": getattr(torch.version, "debug", None),
+        "has_int1": hasattr(torch, "int1"),
+        "arch_list": guarded(torch.cuda.get_arch_list) or [],
+    }
+    count = guarded(torch.cuda.device_count) or 0
+    facts["device_count"] = count
+    facts["backend"] = "rocm" if hip else ("cuda" if cuda and count else "cpu")
+    facts["devices"] = [guarded(lambda i=i: _device(torch, i)) for i in range(count)]
+    facts.update(guarded(lambda: _collect_env_facts(torch)) or {})
+    return facts
+
+
+def summary(fingerprint: Dict[str, Any]) -> str:
+    """A one-line label for a machine: arch, backend and version, torch, OS."""
+    dev = fingerprint.get("device") or {}
+    dfacts = fingerprint.get("device_facts") or {}
+    host = fingerprint.get("host") or {}
+    backend = dfacts.get("backend") or "cpu"
+    version = dfacts.get("rocm") or dfacts.get("hip") if backend == "rocm" else dfacts.get("cuda")
+    parts = [dev.get("arch") or dev.get("name") or "cpu", f"{backend} {version}" if version else backend,
+             f"torch {dfacts.get('torch', '?')}", host.get("system") or "?"]
+    return " / ".join(str(p) for p in parts)

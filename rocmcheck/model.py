@@ -1,0 +1,160 @@
+"""The data every part of rocmcheck exchanges: statuses, probe specs, variants, verdicts.
+
+Plain dataclasses that round-trip through JSON, so the runner, the reports, the
+pytest plugin and the loaders all speak the same shapes.
+"""
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+
+class Status(str, enum.Enum):
+    """Exactly one per probe variant (design.md, "Verdicts")."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    CRASH = "crash"
+    HANG = "hang"
+    SKIP = "skip"
+    WARN = "warn"
+
+    @property
+    def is_bad(self) -> bool:
+        """A status that makes a run (or the gate) fail."""
+        return self in BAD_STATUSES
+
+
+BAD_STATUSES = frozenset({Status.FAIL, Status.ERROR, Status.CRASH, Status.HANG})
+
+PROFILES = ("gate", "full")
+
+
+@dataclass(frozen=True)
+class Requires:
+    """What a probe needs to be applicable; unmet needs become `skip` with the reason."""
+
+    gpu: bool = False
+    gpus: int = 0
+    backend: Optional[str] = None  # "rocm", "cuda" or None for any
+    platforms: Tuple[str, ...] = ()  # sys.platform prefixes; empty means any
+
+    def unmet(self, device: "DeviceInfo", platform: str) -> Optional[str]:
+        """The reason this requirement is not met on `device`, or None."""
+        if self.platforms and not any(platform.startswith(p) for p in self.platforms):
+            return f"needs platform {'/'.join(self.platforms)}; this is {platform}"
+        if (self.gpu or self.gpus) and device.kind == "cpu":
+            return "needs a GPU; running on the CPU"
+        if self.gpus > 1 and device.count < self.gpus:
+            return f"needs {self.gpus} GPUs; {device.count} visible"
+        if self.backend and device.backend != self.backend:
+            return f"needs the {self.backend} backend; this build is {device.backend}"
+        return None
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The device a run targets, as resolved from `--device` and the fingerprint."""
+
+    name: str = "cpu"  # "cpu" or "cuda:N"
+    backend: str = "cpu"  # "cpu", "rocm" or "cuda"
+    count: int = 0  # GPUs visible to the build
+    arch: Optional[str] = None
+
+    @property
+    def kind(self) -> str:
+        return "cpu" if self.name == "cpu" else "gpu"
+
+
+ProbeFn = Callable[..., Optional[Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """A registered probe: the function plus everything `@rocmcheck.probe` declared."""
+
+    id: str
+    title: str
+    targets: str
+    func: ProbeFn = field(repr=False, compare=False)
+    module: str = ""
+    links: Tuple[str, ...] = ()
+    timeout: float = 60.0
+    gate: Union[bool, Callable[[Mapping[str, Any]], bool]] = field(default=False, compare=False)
+    requires: Requires = Requires()
+    variants: Tuple[Mapping[str, Any], ...] = ({},)
+    fresh_interpreter: bool = False  # needs env set before `import torch` (allocator settings)
+
+    def expand(self) -> List["Variant"]:
+        return [Variant(self, dict(p)) for p in self.variants]
+
+
+def variant_id(probe_id: str, params: Mapping[str, Any]) -> str:
+    """pytest-style id: `probe[v1-v2]`; stable, shell-friendly, usable with -k."""
+    if not params:
+        return probe_id
+    return f"{probe_id}[{'-'.join(_param_str(v) for v in params.values())}]"
+
+
+def _param_str(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One probe run with one set of parameters: the unit that gets a child and a verdict."""
+
+    spec: ProbeSpec
+    params: Dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return variant_id(self.spec.id, self.params)
+
+    def in_gate(self) -> bool:
+        gate = self.spec.gate
+        return bool(gate(self.params)) if callable(gate) else bool(gate)
+
+
+def expand_variants(variants: Union[None, Mapping[str, Sequence[Any]], Sequence[Mapping[str, Any]]]) -> Tuple[Dict[str, Any], ...]:
+    """Accept a list of parameter dicts, or a dict of lists (its cartesian product)."""
+    if variants is None:
+        return ({},)
+    if isinstance(variants, Mapping):
+        keys = list(variants)
+        return tuple(dict(zip(keys, combo)) for combo in itertools.product(*(variants[k] for k in keys)))
+    out = tuple(dict(v) for v in variants)
+    return out or ({},)
+
+
+@dataclass
+class Verdict:
+    """The outcome of one variant, with the evidence a maintainer needs."""
+
+    probe: str
+    variant: str
+    status: Status
+    params: Dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+    duration_s: float = 0.0
+    measurements: Dict[str, Any] = field(default_factory=dict)
+    evidence: Dict[str, Any] = field(default_factory=dict)
+    known_issues: List[Dict[str, Any]] = field(default_factory=list)
+    env: Dict[str, str] = field(default_factory=dict)  # variables set for this variant only
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Verdict":
+        known = {f for f in cls.__dataclass_fields__}  # newer minor versions may add fields
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["status"] = Status(data["status"])
+        return cls(**kwargs)

@@ -1,0 +1,353 @@
+"""Run probe variants, each in its own child under the watchdog, and keep every verdict.
+
+The runner never imports torch and never touches the GPU: device facts come from a
+child, probes run in children (forked from the zygote, or spawned), and each verdict
+reaches the journal before the next probe starts. Ctrl-C or SIGTERM ends the run
+with a partial report that names the interrupted probe.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+from . import __version__, faults, fingerprint, known_issues
+from .errors import UsageError
+from .exitcodes import describe, signal_of, signatures
+from .launch import SpawnLauncher
+from .model import DeviceInfo, Status, Variant, Verdict
+from .registry import module_file
+from .storage import Journal, SCHEMA, SCHEMA_VERSION, report_json, write_atomic
+from .watchdog import ChildEnd, supervise
+
+ISOLATIONS = ("zygote", "spawn")
+FACTS_TIMEOUT_S = 120.0
+EVIDENCE_TAIL_CHARS = 4000
+
+
+def default_isolation() -> str:
+    return "zygote" if os.name == "posix" and hasattr(os, "fork") else "spawn"
+
+
+@dataclass
+class RunOptions:
+    device: str = "auto"
+    isolation: str = field(default_factory=default_isolation)
+    timeout: Optional[float] = None  # overrides every probe's own timeout
+    inject: str = ""  # fault spec, see rocmcheck.faults
+    profile: str = "full"
+    probes_paths: List[str] = field(default_factory=list)
+    env: Dict[str, str] = field(default_factory=dict)  # set in every child
+    out_dir: Path = Path("reports")
+    json_path: Optional[Path] = None
+    md_path: Optional[Path] = None
+    write_files: bool = True
+    command: str = "run"
+
+
+class Interrupted(BaseException):
+    """SIGTERM received: end like Ctrl-C."""
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+class Runner:
+    """One run: a launcher, a journal, the device facts and the verdicts so far."""
+
+    def __init__(self, options: RunOptions, on_verdict: Optional[Callable[[Verdict], None]] = None,
+                 on_note: Optional[Callable[[str], None]] = None):
+        self.opts = options
+        self.on_verdict = on_verdict or (lambda v: None)
+        self.on_note = on_note or (lambda s: None)
+        self.fault_requests = faults.parse(options.inject) if options.inject else []
+        if options.isolation not in ISOLATIONS:
+            raise UsageError(f"--isolation must be one of {', '.join(ISOLATIONS)}, not '{options.isolation}'")
+        self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+        self.tmp = Path(tempfile.mkdtemp(prefix="rocmcheck-"))
+        self.notes: List[str] = []
+        self.verdicts: List[Verdict] = []
+        self.isolation = options.isolation
+        self.launcher: Any = None
+        self.device = DeviceInfo()
+        self.facts: Dict[str, Any] = {}
+        self.wedged: Optional[str] = None
+        self.journal: Optional[Journal] = None
+        self._seq = 0
+        self.started_at = time.time()
+
+    # --- files -------------------------------------------------------------------------
+
+    def paths(self) -> Dict[str, Path]:
+        base = self.opts.out_dir / f"rocmcheck-{self.run_id}"
+        return {"jsonl": base.with_suffix(".jsonl"), "json": self.opts.json_path or base.with_suffix(".json"),
+                "md": self.opts.md_path or base.with_suffix(".md")}
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+        self.on_note(text)
+
+    # --- launching ---------------------------------------------------------------------
+
+    def _start_launcher(self) -> None:
+        paths = [str(p) for p in self.opts.probes_paths]
+        if self.isolation == "zygote":
+            from .zygote import ZygoteLauncher
+
+            zygote = ZygoteLauncher(paths)
+            info = zygote.wait_ready()
+            if info.get("ok"):
+                self.launcher = zygote
+                return
+            zygote.close()
+            self.isolation = "spawn"
+            self.note(f"zygote unusable ({info.get('reason')}); using spawn isolation")
+        self.launcher = SpawnLauncher(paths)
+
+    def fall_back_to_spawn(self, why: str) -> None:
+        """A forked child could not initialise the GPU: fresh interpreters from now on."""
+        self.launcher.close()
+        self.isolation = "spawn"
+        self.launcher = SpawnLauncher([str(p) for p in self.opts.probes_paths])
+        self.note(f"fell back to spawn isolation: {why}")
+
+    def _task(self, **fields: Any) -> Dict[str, Any]:
+        self._seq += 1
+        base = self.tmp / f"{self._seq:04d}"
+        return {"result_path": f"{base}.result.json", "stack_path": f"{base}.stack",
+                "probes_paths": [str(p) for p in self.opts.probes_paths], "faults": self.opts.inject, **fields}
+
+    def _launch(self, task: Dict[str, Any], env: Dict[str, str], fresh: bool) -> ChildEnd:
+        task_path = Path(task["result_path"]).with_suffix(".task")
+        task_path.write_text(json.dumps(task), encoding="utf-8")
+        env = {**self.opts.env, **env}
+        launcher = self.launcher
+        if (fresh or env) and self.isolation == "zygote":
+            launcher = SpawnLauncher(task["probes_paths"], prestart=False)  # env before `import torch`
+        child = launcher.launch(str(task_path), env)
+        return supervise(child, float(task["timeout"]))
+
+    # --- device ------------------------------------------------------------------------
+
+    def resolve_device(self) -> None:
+        """Ask a child for device facts, then turn `--device` into a DeviceInfo."""
+        task = self._task(call="rocmcheck.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S, faults="")
+        end = self._launch(task, {}, fresh=False)
+        result = _read_result(task["result_path"])
+        self.facts = (result or {}).get("data") or {"error": _end_summary(end)}
+        count = int(self.facts.get("device_count") or 0)
+        backend = self.facts.get("backend") or "cpu"
+        wanted = self.opts.device
+        if wanted == "auto":
+            wanted = "cuda:0" if count else "cpu"
+            if not count:
+                self.note("no GPU found: running on the CPU; GPU-only probes are skipped")
+        if wanted != "cpu":
+            index = int(wanted.split(":")[1])
+            if index >= count:
+                raise UsageError(f"device {wanted} is not present ({count} GPU{'s' if count != 1 else ''} visible)")
+            arch = ((self.facts.get("devices") or [])[index] or {}).get("arch")
+            self.device = DeviceInfo(wanted, backend, count, arch)
+        else:
+            self.device = DeviceInfo("cpu", "cpu", count, None)
+
+    def fingerprint(self) -> Dict[str, Any]:
+        dev = self.device
+        return {"host": fingerprint.host_facts(), "device_facts": self.facts,
+                "device": {"name": dev.name, "backend": dev.backend, "count": dev.count, "arch": dev.arch}}
+
+    # --- one variant -------------------------------------------------------------------
+
+    def run_variant(self, variant: Variant) -> Verdict:
+        spec = variant.spec
+        reason = spec.requires.unmet(self.device, sys.platform)
+        if reason is None and self.wedged and self.device.kind == "gpu":
+            reason = f"skipped: an earlier probe ({self.wedged}) left a process that cannot be killed"
+        if reason:
+            return Verdict(spec.id, variant.id, Status.SKIP, dict(variant.params), reason)
+        timeout = self.opts.timeout or spec.timeout
+        task = self._task(probe=spec.id, params=variant.params, device=self.device.name, profile=self.opts.profile,
+                          timeout=timeout, module_file=module_file(spec))
+        end = self._launch(task, {}, spec.fresh_interpreter)
+        result = _read_result(task["result_path"])
+        if result and result.get("gpu_init_failed") and self.isolation == "zygote":
+            self.fall_back_to_spawn(result.get("message", "GPU init failed in a forked child"))
+            return self.run_variant(variant)
+        verdict = assemble(variant, end, result, _read_text(task["stack_path"]), timeout)
+        verdict.env = {**self.opts.env}
+        if end.unkillable:
+            self.wedged = variant.id
+        return verdict
+
+    # --- the whole run -----------------------------------------------------------------
+
+    def run(self, variants: List[Variant]) -> Dict[str, Any]:
+        """Run `variants`; returns the report (also written to disk unless write_files is off)."""
+        in_main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main else None
+        interrupted: Optional[str] = None
+        current: Optional[str] = None
+        try:
+            self._start_launcher()
+            self.resolve_device()
+            if self.opts.write_files:
+                self.journal = Journal(self.paths()["jsonl"])
+                self.journal.append({"record": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+                                     **self._header()})
+            for variant in variants:
+                current = variant.id
+                self._journal({"record": "started", "variant": variant.id})
+                verdict = self.run_variant(variant)
+                known_issues.annotate(verdict, self.fingerprint_cache)
+                self.verdicts.append(verdict)
+                self._journal({"record": "verdict", "verdict": verdict.to_dict()})
+                self.on_verdict(verdict)
+                current = None
+        except (KeyboardInterrupt, Interrupted) as exc:
+            interrupted = current or "(before the first probe)"
+            self.note(f"interrupted by {exc.args[0] if exc.args else 'Ctrl-C'} during {interrupted}")
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            if self.launcher is not None:
+                self.launcher.close()
+        report = self.report(partial=interrupted is not None, interrupted=interrupted)
+        self._journal({"record": "end", "run": report["run"]})
+        if self.journal:
+            self.journal.close()
+        if self.opts.write_files:
+            self.write(report)
+        return report
+
+    @property
+    def fingerprint_cache(self) -> Dict[str, Any]:
+        if not hasattr(self, "_fp"):
+            self._fp = self.fingerprint()
+        return self._fp
+
+    def _journal(self, record: Dict[str, Any]) -> None:
+        if self.journal:
+            self.journal.append(record)
+
+    def _header(self) -> Dict[str, Any]:
+        return {"tool": {"name": "rocmcheck", "version": __version__}, "run": self._run_info(),
+                "fingerprint": self.fingerprint_cache}
+
+    def _run_info(self) -> Dict[str, Any]:
+        return {"id": self.run_id, "command": self.opts.command, "argv": sys.argv[1:],
+                "started": self.started_at, "device": self.device.name, "profile": self.opts.profile,
+                "isolation": self.isolation, "isolation_requested": self.opts.isolation,
+                "inject": self.opts.inject, "env": self.opts.env, "notes": self.notes}
+
+    def report(self, partial: bool, interrupted: Optional[str]) -> Dict[str, Any]:
+        counts: Dict[str, int] = {}
+        for v in self.verdicts:
+            counts[v.status.value] = counts.get(v.status.value, 0) + 1
+        run = {**self._run_info(), "finished": time.time(), "partial": partial, "interrupted": interrupted,
+               "counts": counts}
+        return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+                "tool": {"name": "rocmcheck", "version": __version__}, "run": run,
+                "fingerprint": self.fingerprint_cache, "verdicts": [v.to_dict() for v in self.verdicts]}
+
+    def write(self, report: Dict[str, Any]) -> None:
+        from .render import markdown_report
+
+        paths = self.paths()
+        write_atomic(paths["json"], report_json(report))
+        write_atomic(paths["md"], markdown_report(report))
+
+
+# --- verdict assembly ---------------------------------------------------------------------
+
+
+def _read_text(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _read_result(path: str) -> Optional[Dict[str, Any]]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("status") in {s.value for s in Status} else None
+
+
+def _end_summary(end: ChildEnd) -> str:
+    return "timed out" if end.timed_out else f"child ended with {describe(end.returncode)} without a result"
+
+
+def evidence_of(end: ChildEnd, stack: str) -> Dict[str, Any]:
+    evidence: Dict[str, Any] = {"exit": describe(end.returncode, os.name == "nt"), "returncode": end.returncode,
+                                "elapsed_s": round(end.elapsed_s, 3)}
+    if signal_of(end.returncode):
+        evidence["signal"] = describe(end.returncode)
+    if end.output:
+        evidence["output_tail"] = end.output[-EVIDENCE_TAIL_CHARS:]
+        evidence["output_bytes"] = end.output_bytes
+        if end.output_cut:
+            evidence["output_cut_bytes"] = end.output_cut
+    if stack.strip():
+        evidence["stack"] = stack.strip()
+    found = signatures(end.output + "\n" + stack)
+    if found:
+        evidence["signatures"] = found
+    if end.kill_steps:
+        evidence["kill_steps"] = end.kill_steps
+    if end.leftovers_killed:
+        evidence["leftover_processes_killed"] = end.leftovers_killed
+    if end.unkillable:
+        evidence["unkillable"] = end.state
+    return evidence
+
+
+def _no_result(end: ChildEnd) -> tuple:
+    sig = signal_of(end.returncode)
+    if sig == signal.SIGKILL:
+        return Status.CRASH, "killed by SIGKILL, not by rocmcheck: possibly the kernel's OOM killer"
+    if sig:
+        return Status.CRASH, f"crashed: {describe(end.returncode)}"
+    if end.returncode is None:
+        return Status.ERROR, "lost track of the child (isolation server died)"
+    if end.returncode != 0:
+        return Status.CRASH, f"exited with {describe(end.returncode, os.name == 'nt')} without a result"
+    return Status.ERROR, "exited without a result (exit 0): no verdict was reported"
+
+
+def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], stack: str,
+             timeout: float) -> Verdict:
+    """Turn what the watchdog saw and what the child wrote into exactly one verdict."""
+    evidence = evidence_of(end, stack)
+    measurements: Dict[str, Any] = {}
+    if end.timed_out:
+        status = Status.HANG
+        message = f"no verdict within {timeout:g}s; child killed ({', '.join(end.kill_steps)})"
+        if end.unkillable:
+            message = f"no verdict within {timeout:g}s and the child could not be killed " \
+                      f"(state {end.state.get('status', '?')}); remaining GPU probes skipped"
+    elif result is None:
+        status, message = _no_result(end)
+    else:
+        status, message = Status(result["status"]), result.get("message", "")
+        measurements = result.get("measurements") or {}
+        if result.get("exception") and status in (Status.FAIL, Status.ERROR):
+            evidence["traceback"] = result["exception"].get("traceback", "")[-EVIDENCE_TAIL_CHARS:]
+            found = signatures(message + "\n" + evidence["traceback"])
+            if found:
+                evidence["signatures"] = sorted(set(evidence.get("signatures", [])) | set(found))
+        if result.get("faults_installed"):
+            evidence["faults_injected"] = result["faults_installed"]
+        if "probe_s" in result:
+            measurements.setdefault("probe_s", round(result["probe_s"], 4))
+    return Verdict(variant.spec.id, variant.id, status, dict(variant.params), message,
+                   round(end.elapsed_s, 4), measurements, evidence)

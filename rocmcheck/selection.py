@@ -1,0 +1,86 @@
+"""Choosing variants: `--probe ID` globs, `-k` keyword expressions, gate membership."""
+from __future__ import annotations
+
+import fnmatch
+import re
+from typing import Callable, Dict, Iterable, List, Optional
+
+from .errors import UsageError
+from .model import ProbeSpec, Variant
+
+_TOKEN_RE = re.compile(r"\s*(\(|\)|\bnot\b|\band\b|\bor\b|[^\s()]+)")
+
+
+def keyword_matcher(expr: str) -> Callable[[str], bool]:
+    """pytest-style `-k`: case-insensitive substrings combined with and/or/not/()."""
+    tokens = [t for t in _TOKEN_RE.findall(expr) if t.strip()]
+    pos = 0
+
+    def peek() -> Optional[str]:
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take() -> str:
+        nonlocal pos
+        if pos >= len(tokens):
+            raise UsageError(f"-k expression '{expr}' ends too early")
+        pos += 1
+        return tokens[pos - 1]
+
+    def parse_or() -> Callable[[str], bool]:
+        left = parse_and()
+        while peek() == "or":
+            take()
+            right, prev = parse_and(), left
+            left = lambda s, a=prev, b=right: a(s) or b(s)  # noqa: E731
+        return left
+
+    def parse_and() -> Callable[[str], bool]:
+        left = parse_not()
+        while peek() == "and":
+            take()
+            right, prev = parse_not(), left
+            left = lambda s, a=prev, b=right: a(s) and b(s)  # noqa: E731
+        return left
+
+    def parse_not() -> Callable[[str], bool]:
+        if peek() == "not":
+            take()
+            inner = parse_not()
+            return lambda s: not inner(s)
+        token = take()
+        if token == "(":
+            inner = parse_or()
+            if take() != ")":
+                raise UsageError(f"-k expression '{expr}': missing ')'")
+            return inner
+        if token in (")", "and", "or"):
+            raise UsageError(f"-k expression '{expr}': unexpected '{token}'")
+        word = token.lower()
+        return lambda s: word in s.lower()
+
+    if not tokens:
+        raise UsageError("-k expression is empty")
+    matcher = parse_or()
+    if pos != len(tokens):
+        raise UsageError(f"-k expression '{expr}': unexpected '{tokens[pos]}'")
+    return matcher
+
+
+def select(registry: Dict[str, ProbeSpec], probes: Iterable[str] = (), keyword: str = "",
+           gate_only: bool = False) -> List[Variant]:
+    """The variants to run, in registry order; an id glob that matches nothing is an error."""
+    patterns = list(probes)
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(pid, pattern) for pid in registry):
+            raise UsageError(f"unknown probe id '{pattern}' (see: rocmcheck list)")
+    match_kw = keyword_matcher(keyword) if keyword else (lambda s: True)
+    chosen = []
+    for pid in sorted(registry):
+        if patterns and not any(fnmatch.fnmatchcase(pid, p) for p in patterns):
+            continue
+        for variant in registry[pid].expand():
+            if gate_only and not variant.in_gate():
+                continue
+            if match_kw(variant.id):
+                chosen.append(variant)
+    return chosen

@@ -1,0 +1,172 @@
+"""Results that survive: the JSON Lines journal, atomic report files, and the loader.
+
+Every record reaches disk (flush + fsync) as it happens, with a `started` record
+before each probe so a frozen machine still shows the culprit after a reboot. The
+final report is written to a temporary file and renamed into place. The loader
+accepts a report or a journal, tolerates a truncated last line, and rejects an
+unknown schema major with a one-line error.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+from .errors import UsageError
+from .jsonsafe import jsonsafe
+
+SCHEMA = "rocmcheck-report"
+SCHEMA_VERSION = "1.0"
+SCHEMA_MAJOR = 1
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(jsonsafe(data), allow_nan=False, indent=None, separators=(",", ":"))
+
+
+class Journal:
+    """Append-only JSON Lines file, each record flushed and fsynced."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(path, "a", encoding="utf-8")
+
+    def append(self, record: Dict[str, Any]) -> None:
+        record = {"t": round(time.time(), 3), **record}
+        self._fh.write(dumps(record) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` so that readers see the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        for attempt in range(10):  # Windows: a virus scanner may hold the target briefly
+            try:
+                os.replace(tmp, path)
+                break
+            except PermissionError:
+                if attempt == 9:
+                    raise
+                time.sleep(0.1)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    if hasattr(os, "O_DIRECTORY"):
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def report_json(report: Dict[str, Any]) -> str:
+    """Serialise a report with the schema fields first."""
+    ordered = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION}
+    ordered.update({k: v for k, v in report.items() if k not in ordered})
+    return json.dumps(jsonsafe(ordered), allow_nan=False, indent=2) + "\n"
+
+
+# --- loading ---------------------------------------------------------------------------
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-JSON constant {name}")
+
+
+def _parse(text: str, what: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise UsageError(f"{what}: nested too deeply to be a rocmcheck report") from None
+    except ValueError as exc:  # JSONDecodeError, huge integers, NaN
+        raise UsageError(f"{what}: not valid JSON ({str(exc).splitlines()[0]})") from None
+
+
+def check_schema(data: Any, what: str) -> None:
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise UsageError(f"{what}: not a rocmcheck report")
+    version = str(data.get("schema_version", ""))
+    major = version.split(".")[0]
+    if not major.isdigit():
+        raise UsageError(f"{what}: schema version {version!r} is not valid")
+    if int(major) != SCHEMA_MAJOR:
+        raise UsageError(f"{what}: schema version {version} is not supported (this rocmcheck reads {SCHEMA_MAJOR}.x)")
+
+
+def _read_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not raw.strip():
+        raise UsageError(f"{path}: empty file")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text") from None
+
+
+def journal_to_report(lines: List[str], what: str) -> Dict[str, Any]:
+    """Rebuild a (partial) report from a journal; a truncated last line is dropped."""
+    records = []
+    for number, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append(_parse(line, what))
+        except UsageError:
+            if number == len(lines) - 1:
+                break  # the write that was cut off by a crash
+            raise
+    header = records[0] if records else None
+    check_schema(header, what)
+    verdicts, started, end = [], None, None
+    for rec in records[1:]:
+        kind = rec.get("record") if isinstance(rec, dict) else None
+        if kind == "started":
+            started = rec.get("variant")
+        elif kind == "verdict":
+            verdicts.append(rec.get("verdict"))
+            started = None
+        elif kind == "end":
+            end = rec
+    report = {k: v for k, v in header.items() if k not in ("record", "t")}
+    report["verdicts"] = verdicts
+    run = dict(report.get("run") or {})
+    if end is None:
+        run["partial"] = True
+        run["interrupted"] = started
+    else:
+        run.update(end.get("run") or {})
+    report["run"] = run
+    return report
+
+
+def load_report(path: Path) -> Dict[str, Any]:
+    """Load a report (.json) or a journal (.jsonl); one-line UsageError on anything else."""
+    path = Path(path)
+    what = str(path)
+    text = _read_text(path)
+    if path.suffix == ".jsonl" or '"record":"header"' in text.split("\n", 1)[0]:
+        return journal_to_report(text.splitlines(), what)
+    data = _parse(text, what)
+    check_schema(data, what)
+    if not isinstance(data.get("verdicts"), list):
+        raise UsageError(f"{what}: report has no verdict list")
+    return data
+
