@@ -1,7 +1,8 @@
 """Known issues: match verdicts against documented failures and attach the workaround.
 
-Entries live in data files (JSON), not code: the built-in `data/known_issues.json`
-plus any files named in ROCMCHECK_KNOWN_ISSUES (os.pathsep-separated). An entry
+Entries live in data files (JSON), not code: the built-in `data/known_issues/*.json`
+(one file per probe family) plus any files named in ROCMCHECK_KNOWN_ISSUES
+(os.pathsep-separated). An entry
 matches on probe id (glob), variant (glob), statuses, device arch (glob), OS and
 version ranges of torch/HIP/ROCm/CUDA; every field it names must match.
 """
@@ -19,7 +20,7 @@ from .errors import UsageError
 from .model import Verdict
 
 KNOWN_ISSUES_ENV = "ROCMCHECK_KNOWN_ISSUES"
-BUILTIN = Path(__file__).parent / "data" / "known_issues.json"
+BUILTIN_DIR = Path(__file__).parent / "data" / "known_issues"
 VERSION_KEYS = ("torch", "hip", "rocm", "cuda", "python")
 _RANGE_RE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*([0-9][0-9a-zA-Z.+-]*)\s*$")
 
@@ -67,7 +68,7 @@ def _load_file(path: Path) -> List[Dict[str, Any]]:
 
 @lru_cache(maxsize=None)
 def _entries(extra: str) -> Tuple[Dict[str, Any], ...]:
-    paths = [BUILTIN, *(Path(p) for p in extra.split(os.pathsep) if p)]
+    paths = [*sorted(BUILTIN_DIR.glob("*.json")), *(Path(p) for p in extra.split(os.pathsep) if p)]
     return tuple(e for path in paths for e in _load_file(path))
 
 
