@@ -1,0 +1,220 @@
+"""The reliability cases of research/reliability.md, as fake probes, in both isolation modes.
+
+Each case asserts the verdict, its evidence, and that no process of the probe's tree
+survives (pids recorded by the fake probes themselves).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+FAKE = str(Path(__file__).parent / "fake_probes")
+TIMEOUT = 3.0
+
+
+@pytest.fixture
+def piddir(tmp_path, monkeypatch):
+    folder = tmp_path / "pids"
+    folder.mkdir()
+    monkeypatch.setenv("ROCMCHECK_TEST_PIDDIR", str(folder))
+    return folder
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def survivors(piddir: Path, wait: float = 2.0) -> list:
+    pids = [int(p.stem) for p in piddir.glob("*.pid")]
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+BATCH = "fake-[a-o]*"  # with the three below: all but fake-skip and fake-sleep (interrupt tests)
+
+
+@pytest.fixture(scope="module", params=["zygote", "spawn"])
+def batch(request, tmp_path_factory):
+    """All reliability cases in one run per isolation mode (one torch import, not twenty)."""
+    from rocmcheck import registry
+    from rocmcheck.runner import RunOptions
+    from rocmcheck.selection import select
+    from rocmcheck.session import run_variants
+
+    folder = tmp_path_factory.mktemp(f"pids-{request.param}")
+    old = os.environ.get("ROCMCHECK_TEST_PIDDIR")
+    os.environ["ROCMCHECK_TEST_PIDDIR"] = str(folder)
+    try:
+        variants = select(registry.load_all([FAKE]), [BATCH, "fake-pass", "fake-warn", "fake-segv"])
+        opts = RunOptions(device="cpu", isolation=request.param, timeout=TIMEOUT, probes_paths=[FAKE],
+                          write_files=False)
+        start = time.monotonic()
+        report = run_variants(opts, variants)
+        elapsed = time.monotonic() - start
+    finally:
+        if old is None:
+            os.environ.pop("ROCMCHECK_TEST_PIDDIR")
+        else:
+            os.environ["ROCMCHECK_TEST_PIDDIR"] = old
+    return {"verdicts": {v["probe"]: v for v in report["verdicts"]}, "order": [v["probe"] for v in report["verdicts"]],
+            "piddir": folder, "elapsed": elapsed, "report": report}
+
+
+def test_no_process_of_any_tree_survives(batch):
+    assert len(list(batch["piddir"].glob("*.pid"))) >= 12
+    assert survivors(batch["piddir"]) == []
+
+
+def test_isolation_mode_is_the_one_asked_for(batch, request):
+    assert batch["report"]["run"]["isolation"] == batch["report"]["run"]["isolation_requested"]
+
+
+def test_plain_outcomes_map_to_verdicts(batch):
+    v = batch["verdicts"]
+    assert v["fake-pass"]["status"] == "pass" and v["fake-pass"]["measurements"]["answer"] == 42
+    assert v["fake-fail"]["status"] == "fail" and v["fake-fail"]["measurements"]["zeros"] == 3
+    assert "3 of 10" in v["fake-fail"]["message"]
+    assert v["fake-error"]["status"] == "error"
+    assert "no kernel for this GPU arch" in " ".join(v["fake-error"]["evidence"]["signatures"])
+    assert v["fake-warn"]["status"] == "warn" and "emulated" in v["fake-warn"]["message"]
+
+
+def test_skip_and_gpu_only_probe_skip_on_cpu(rocm_run):
+    v = {x["probe"]: x for x in rocm_run(probe="fake-*skip*", probes_path=[FAKE]) +
+         rocm_run(probe="fake-gpu-only", probes_path=[FAKE])}
+    assert v["fake-skip"]["status"] == "skip" and v["fake-skip"]["message"] == "needs two GPUs"
+    assert v["fake-gpu-only"]["status"] == "skip" and "needs a GPU" in v["fake-gpu-only"]["message"]
+
+
+def test_abort_is_crash_with_sigabrt_and_the_next_probe_runs(batch):
+    v = batch["verdicts"]
+    assert v["fake-abort"]["status"] == "crash"
+    assert v["fake-abort"]["evidence"]["signal"] == "SIGABRT"
+    assert "GPU memory access fault (HSA abort)" in v["fake-abort"]["evidence"]["signatures"]
+    assert batch["order"][0] == "fake-abort" and v["fake-error"]["status"] == "error"
+
+
+def test_segv_is_crash_with_sigsegv_and_faulthandler_stack(batch):
+    v = batch["verdicts"]["fake-segv"]
+    assert v["status"] == "crash"
+    assert v["evidence"]["signal"] == "SIGSEGV"
+    assert "Segmentation fault" in v["evidence"]["stack"]
+    assert "fake_segv" in v["evidence"]["stack"]
+
+
+def test_hang_in_c_call_is_hang_with_all_thread_stacks(batch):
+    v = batch["verdicts"]["fake-hang-c"]
+    assert v["status"] == "hang"
+    assert v["duration_s"] < TIMEOUT + 2.0  # design bar: within timeout + 2 s
+    stack = v["evidence"]["stack"]
+    assert "fake_hang_c" in stack and "_block_in_c" in stack
+    assert stack.count("Thread 0x") + stack.count("Current thread") >= 2  # the helper thread too
+
+
+def test_grandchild_holding_output_is_killed_and_parent_never_blocks(batch):
+    v = batch["verdicts"]["fake-grandchild"]
+    assert v["status"] == "hang"
+    assert v["duration_s"] < TIMEOUT + 2.0
+    assert "gc up" in v["evidence"]["output_tail"]
+    assert v["evidence"]["leftover_processes_killed"] >= 1
+
+
+def test_child_ignoring_sigterm_is_killed_with_sigkill(batch):
+    v = batch["verdicts"]["fake-ignore-term"]
+    assert v["status"] == "hang"
+    assert v["evidence"]["kill_steps"][-1] == "SIGKILL"
+    assert v["evidence"]["returncode"] == -signal.SIGKILL
+
+
+def test_output_flood_is_capped_and_marked(batch):
+    v = batch["verdicts"]["fake-flood"]
+    assert v["status"] == "pass"
+    ev = v["evidence"]
+    assert ev["output_bytes"] >= 64 << 20
+    assert ev["output_cut_bytes"] > 60 << 20
+    assert "THE END" in ev["output_tail"]
+    assert len(ev["output_tail"]) <= 4000
+
+
+def test_exit_without_result_is_error_never_pass(batch):
+    v = batch["verdicts"]["fake-no-result"]
+    assert v["status"] == "error"
+    assert "without a result" in v["message"]
+
+
+def test_out_of_memory_is_told_apart(batch):
+    v = batch["verdicts"]
+    assert v["fake-oom-error"]["status"] == "error"
+    assert v["fake-oom-error"]["message"].startswith("out of memory")
+    assert v["fake-oom-kill"]["status"] == "crash"
+    assert "OOM killer" in v["fake-oom-kill"]["message"]
+    assert v["fake-hang-c"]["status"] == "hang"  # a kill the watchdog sent is a hang, not a crash
+
+
+def _start_cli_run(tmp_path: Path, isolation: str) -> subprocess.Popen:
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "rocmcheck", "run", "--device", "cpu", "--isolation", isolation,
+           "--probes-path", FAKE, "--probe", "fake-pass", "--probe", "fake-sleep", "--out-dir", str(out)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def _wait_for_started(out: Path, variant: str, proc: subprocess.Popen, timeout: float = 60) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for journal in out.glob("*.jsonl"):
+            if f'"variant":"{variant}"' in journal.read_text():
+                time.sleep(0.3)  # let the child get going
+                return journal
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError(f"{variant} never started")
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_interrupt_writes_partial_report_and_kills_the_tree(tmp_path, isolation, piddir, how):
+    from rocmcheck.storage import load_report
+
+    proc = _start_cli_run(tmp_path, isolation)
+    journal = _wait_for_started(tmp_path / "out", "fake-sleep", proc)
+    proc.send_signal(getattr(signal, how))
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert b"Traceback" not in stderr
+    report = json.loads(journal.with_suffix(".json").read_text())
+    assert report["schema_version"].startswith("1.")
+    assert report["run"]["partial"] is True
+    assert report["run"]["interrupted"] == "fake-sleep"
+    assert [v["variant"] for v in report["verdicts"]] == ["fake-pass"]
+    assert journal.with_suffix(".md").read_text().count("PARTIAL") == 1
+    assert load_report(journal)["run"]["partial"] is True
+    assert survivors(piddir) == []
+
+
+def test_parent_sigkill_leaves_a_readable_journal_and_no_orphans(tmp_path, isolation, piddir):
+    from rocmcheck.storage import load_report
+
+    proc = _start_cli_run(tmp_path, isolation)
+    journal = _wait_for_started(tmp_path / "out", "fake-sleep", proc)
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    proc.communicate(timeout=10)
+    report = load_report(journal)
+    assert report["run"]["partial"] is True
+    assert report["run"]["interrupted"] == "fake-sleep"
+    assert [v["status"] for v in report["verdicts"]] == ["pass"]
+    assert survivors(piddir, wait=5) == []
+    gone, left = psutil.wait_procs(tree, timeout=5)
+    assert [p for p in left if p.status() != psutil.STATUS_ZOMBIE] == []
