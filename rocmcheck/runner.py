@@ -189,36 +189,33 @@ class Runner:
 
     # --- the whole run -----------------------------------------------------------------
 
-    def run(self, variants: List[Variant]) -> Dict[str, Any]:
-        """Run `variants`; returns the report (also written to disk unless write_files is off)."""
-        in_main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main else None
-        interrupted: Optional[str] = None
-        current: Optional[str] = None
-        try:
-            self._start_launcher()
-            self.resolve_device()
-            if self.opts.write_files:
-                self.journal = Journal(self.paths()["jsonl"])
-                self.journal.append({"record": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
-                                     **self._header()})
-            for variant in variants:
-                current = variant.id
-                self._journal({"record": "started", "variant": variant.id})
-                verdict = self.run_variant(variant)
-                known_issues.annotate(verdict, self.fingerprint_cache)
-                self.verdicts.append(verdict)
-                self._journal({"record": "verdict", "verdict": verdict.to_dict()})
-                self.on_verdict(verdict)
-                current = None
-        except (KeyboardInterrupt, Interrupted) as exc:
-            interrupted = current or "(before the first probe)"
-            self.note(f"interrupted by {exc.args[0] if exc.args else 'Ctrl-C'} during {interrupted}")
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
-            if self.launcher is not None:
-                self.launcher.close()
+    def start(self) -> None:
+        """Start the launcher, resolve the device and open the journal (once per run)."""
+        self._start_launcher()
+        self.resolve_device()
+        if self.opts.write_files:
+            self.journal = Journal(self.paths()["jsonl"])
+            self.journal.append({"record": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+                                 **self._header()})
+
+    def run_one(self, variant: Variant) -> Verdict:
+        """Run one variant after `start()`: journal, verdict, known issues, callback."""
+        self._journal({"record": "started", "variant": variant.id})
+        verdict = self.run_variant(variant)
+        known_issues.annotate(verdict, self.fingerprint_cache)
+        self.verdicts.append(verdict)
+        self._journal({"record": "verdict", "verdict": verdict.to_dict()})
+        self.on_verdict(verdict)
+        return verdict
+
+    def close_launcher(self) -> None:
+        if self.launcher is not None:
+            self.launcher.close()
+            self.launcher = None
+
+    def finish(self, interrupted: Optional[str] = None) -> Dict[str, Any]:
+        """End the run: stop the launcher, close the journal, write and return the report."""
+        self.close_launcher()
         report = self.report(partial=interrupted is not None, interrupted=interrupted)
         self._journal({"record": "end", "run": report["run"]})
         if self.journal:
@@ -226,6 +223,27 @@ class Runner:
         if self.opts.write_files:
             self.write(report)
         return report
+
+    def run(self, variants: List[Variant]) -> Dict[str, Any]:
+        """Run `variants`; returns the report (also written to disk unless write_files is off)."""
+        in_main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main else None
+        interrupted: Optional[str] = None
+        current: Optional[str] = None
+        try:
+            self.start()
+            for variant in variants:
+                current = variant.id
+                self.run_one(variant)
+                current = None
+        except (KeyboardInterrupt, Interrupted) as exc:
+            interrupted = current or "(before the first probe)"
+            self.note(f"interrupted by {exc.args[0] if exc.args else 'Ctrl-C'} during {interrupted}")
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            self.close_launcher()
+        return self.finish(interrupted)
 
     @property
     def fingerprint_cache(self) -> Dict[str, Any]:
