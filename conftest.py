@@ -40,6 +40,23 @@ def by_variant(verdicts: List[dict]) -> Dict[str, dict]:
     return {v["variant"]: v for v in verdicts}
 
 
+@pytest.fixture(autouse=True)
+def _restore_probe_registry():
+    """Probe modules a test loads (fakes, broken ones) must not leak into the next test."""
+    import sys
+
+    from rocmcheck import registry
+
+    before = dict(registry._REGISTRY)
+    modules = set(sys.modules)
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(before)
+    for name in set(sys.modules) - modules:
+        if name.startswith(("rocmcheck.probes.", "rocmcheck_userprobes_")):
+            del sys.modules[name]
+
+
 @pytest.fixture
 def rocm_run():
     """`rocm_run(probe=..., inject=..., ...)` -> list of verdict dicts (see run_probes)."""

@@ -78,3 +78,18 @@ def _oom(arg: Optional[str]) -> None:
 
     for name in ("empty", "zeros", "ones", "randn", "rand", "full", "arange", "tensor"):
         setattr(torch, name, out_of_memory)
+
+
+@fault("gpu-init-fork-error", "GPU runtime init fails in a child forked from the zygote (as HIP does when "
+       "initialised before the fork); spawned children are unaffected")
+def _gpu_init_fork_error(arg: Optional[str]) -> None:
+    from .. import child
+
+    original = child.runtime_init
+
+    def runtime_init(device: str) -> None:
+        if os.environ.get("ROCMCHECK_ISOLATION") == "zygote":
+            raise RuntimeError("Cannot re-initialize CUDA in forked subprocess (injected)")
+        original(device)
+
+    child.runtime_init = runtime_init

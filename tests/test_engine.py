@@ -1,0 +1,300 @@
+"""Unit tests of the engine's pieces: selection, faults, exit codes, capture, storage,
+known issues, device selection, fall-back and unkillable children."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rocmcheck import known_issues, registry
+from rocmcheck.capture import OutputDrain
+from rocmcheck.errors import UsageError
+from rocmcheck.exitcodes import describe, signatures
+from rocmcheck.faults import parse as parse_faults
+from rocmcheck.launch import ChildProcess
+from rocmcheck.model import DeviceInfo, Requires, Status, Verdict, expand_variants, variant_id
+from rocmcheck.selection import keyword_matcher, select
+from rocmcheck.storage import Journal, SCHEMA, load_report, report_json, write_atomic
+from rocmcheck.watchdog import supervise
+
+FAKE = str(Path(__file__).parent / "fake_probes")
+
+
+# --- model and selection -------------------------------------------------------------
+
+
+def test_variants_from_dict_of_lists_are_the_cartesian_product():
+    assert expand_variants({"a": [1, 2], "b": ["x"]}) == ({"a": 1, "b": "x"}, {"a": 2, "b": "x"})
+    assert expand_variants(None) == ({},)
+    assert variant_id("p", {"m": "to", "pin": True}) == "p[to-true]"
+
+
+@pytest.mark.parametrize("expr,hits", [
+    ("to", {"t[to-f32]", "t[to-f16]"}), ("to and not f16", {"t[to-f32]"}),
+    ("cuda or (to and f16)", {"t[cuda-f32]", "t[to-f16]"}), ("not (to)", {"t[cuda-f32]", "g[x]"}),
+])
+def test_keyword_expressions(expr, hits):
+    ids = ["t[to-f32]", "t[to-f16]", "t[cuda-f32]", "g[x]"]
+    matcher = keyword_matcher(expr)
+    assert {i for i in ids if matcher(i)} == hits
+
+
+@pytest.mark.parametrize("expr", ["", "and", "(to", "to or", "to )"])
+def test_bad_keyword_expressions_are_usage_errors(expr):
+    with pytest.raises(UsageError):
+        keyword_matcher(expr)
+
+
+def test_unknown_probe_id_is_a_usage_error():
+    with pytest.raises(UsageError, match="unknown probe id 'nope'"):
+        select(registry.load_all(), ["nope"])
+
+
+def test_gate_only_selects_gate_variants():
+    specs = registry.load_all([FAKE])
+    ids = {v.id for v in select(specs, ["fake-*"], gate_only=True)}
+    assert ids == {"fake-pass"}
+
+
+def test_requirements_name_the_reason():
+    cpu = DeviceInfo()
+    gpu1 = DeviceInfo("cuda:0", "rocm", 1, "gfx1100")
+    assert "needs a GPU" in Requires(gpu=True).unmet(cpu, "linux")
+    assert "needs 2 GPUs; 1 visible" in Requires(gpus=2).unmet(gpu1, "linux")
+    assert "cuda backend" in Requires(gpu=True, backend="cuda").unmet(gpu1, "linux")
+    assert "platform win32" in Requires(platforms=("win32",)).unmet(gpu1, "linux")
+    assert Requires(gpu=True).unmet(gpu1, "linux") is None
+
+
+def test_probe_modules_import_without_torch():
+    code = ("import sys; from rocmcheck import registry, faults; registry.load_all(); faults.catalogue(); "
+            "import rocmcheck.cli; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_duplicate_probe_ids_across_modules_are_rejected(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.py").write_text(
+            "import rocmcheck\n@rocmcheck.probe('dup-probe', title='t', targets='t')\ndef p(ctx):\n    pass\n")
+    with pytest.raises(UsageError, match="defined twice"):
+        registry.load_all([str(tmp_path)])
+
+
+def test_broken_probe_module_is_a_one_line_usage_error(tmp_path):
+    (tmp_path / "broken.py").write_text("import rocmcheck\ndef broken(:\n")
+    with pytest.raises(UsageError, match="cannot load probe module .*SyntaxError"):
+        registry.load_all([str(tmp_path)])
+
+
+# --- faults ------------------------------------------------------------------------------
+
+
+def test_fault_specs_parse_with_arg_and_scope():
+    (req,) = parse_faults("copy-zeros:copy_@transfer*")
+    assert (req.name, req.arg, req.scope) == ("copy-zeros", "copy_", "transfer*")
+    assert req.applies_to("transfer") and not req.applies_to("gemm")
+    with pytest.raises(UsageError, match="unknown fault 'nope'"):
+        parse_faults("segv,nope")
+
+
+# --- exit codes and signatures ---------------------------------------------------------------
+
+
+def test_exit_statuses_are_named():
+    assert describe(-signal.SIGSEGV) == "SIGSEGV"
+    assert describe(3) == "exit 3"
+    assert "SIGKILL" in describe(137)
+    assert describe(0xC0000005, windows=True).startswith("STATUS_ACCESS_VIOLATION")
+    assert describe(-1073741819, windows=True).startswith("STATUS_ACCESS_VIOLATION")  # signed form
+    assert describe(3, windows=True) == "abort() (exit 3)"
+    assert describe(None) == "unknown"
+
+
+def test_runtime_signatures_are_recognised():
+    text = "Memory access fault by GPU node-2 (Agent handle: 0x1) on address (nil). Reason: Unknown."
+    found = signatures(text)
+    assert "GPU memory access fault (HSA abort)" in found and any("NULL address" in f for f in found)
+    assert signatures("RuntimeError: HIP error: invalid device function")
+    assert signatures("all good") == []
+
+
+# --- capture --------------------------------------------------------------------------------
+
+
+def test_output_drain_keeps_head_and_tail_and_marks_the_cut():
+    r, w = os.pipe()
+    drain = OutputDrain(r, head=10, tail=10)
+    os.write(w, b"HEAD------" + b"x" * 5000 + b"------TAIL")
+    os.close(w)
+    drain.finish()
+    text = drain.text()
+    assert text.startswith("HEAD------") and text.endswith("------TAIL")
+    assert "[... 5000 bytes cut by rocmcheck ...]" in text
+    assert drain.total == 5020 and drain.truncated == 5000
+
+
+# --- storage ----------------------------------------------------------------------------------
+
+
+def _report(verdicts=()):
+    return {"tool": {"name": "rocmcheck"}, "run": {"id": "x", "partial": False},
+            "fingerprint": {}, "verdicts": list(verdicts)}
+
+
+def test_report_json_puts_schema_first_and_has_no_nan(tmp_path):
+    v = Verdict("p", "p", Status.FAIL, measurements={"err": float("nan"), "gbps": float("inf")})
+    text = report_json(_report([v.to_dict()]))
+    assert text.lstrip().startswith('{\n  "schema": "rocmcheck-report",\n  "schema_version": "1.')
+    assert "NaN" not in text and '"nan"' in text and '"inf"' in text
+    path = tmp_path / "r.json"
+    write_atomic(path, text)
+    assert load_report(path)["verdicts"][0]["measurements"]["err"] == "nan"
+    assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
+
+
+def test_journal_with_truncated_last_line_loads_as_partial(tmp_path):
+    path = tmp_path / "run.jsonl"
+    journal = Journal(path)
+    journal.append({"record": "header", "schema": SCHEMA, "schema_version": "1.0", "run": {"id": "r"}})
+    journal.append({"record": "started", "variant": "a"})
+    journal.append({"record": "verdict", "verdict": Verdict("a", "a", Status.PASS).to_dict()})
+    journal.append({"record": "started", "variant": "b"})
+    journal.close()
+    with open(path, "a") as fh:
+        fh.write('{"record":"verdict","verdict":{"probe":"b","var')  # the write a crash cut off
+    report = load_report(path)
+    assert report["run"]["partial"] is True and report["run"]["interrupted"] == "b"
+    assert [v["variant"] for v in report["verdicts"]] == ["a"]
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"", "empty file"), (b"{not json", "not valid JSON"), (b"\xff\xfe\x00garbage", "not UTF-8"),
+    (b'{"schema": "rocmcheck-report", "schema_version": "2.0", "verdicts": []}', "schema version 2.0 is not supported"),
+    (b'{"schema": "other"}', "not a rocmcheck report"), (b"[1, 2]", "not a rocmcheck report"),
+    (b'{"schema": "rocmcheck-report", "schema_version": "1.0", "verdicts": NaN}', "not valid JSON"),
+])
+def test_bad_reports_are_one_line_usage_errors(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(UsageError, match=message) as info:
+        load_report(path)
+    assert "\n" not in str(info.value)
+
+
+def test_newer_minor_version_with_unknown_fields_loads(tmp_path):
+    path = tmp_path / "newer.json"
+    v = {**Verdict("p", "p", Status.PASS).to_dict(), "future_field": 1}
+    path.write_text(json.dumps({"schema": SCHEMA, "schema_version": "1.7", "verdicts": [v], "extra": {}}))
+    assert Verdict.from_dict(load_report(path)["verdicts"][0]).status is Status.PASS
+
+
+def test_unreadable_report_path_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="cannot read"):
+        load_report(tmp_path / "missing.json")
+
+
+# --- known issues -------------------------------------------------------------------------
+
+
+def test_known_issue_matching_respects_every_field(tmp_path, monkeypatch):
+    entry = {"id": "x", "probe": "transfer*", "status": ["fail"], "arch": ["gfx12*"], "os": ["windows"],
+             "rocm": ">=7.0,<7.2", "title": "zeros", "workaround": "HSA_ENABLE_SDMA=0", "links": ["u"]}
+    (tmp_path / "mine.json").write_text(json.dumps({"issues": [entry]}))
+    monkeypatch.setenv(known_issues.KNOWN_ISSUES_ENV, str(tmp_path / "mine.json"))
+    fp = {"device": {"arch": "gfx1201"}, "host": {"system": "Windows"}, "device_facts": {"rocm": "7.1.0"}}
+    v = Verdict("transfer", "transfer[to]", Status.FAIL)
+    assert [m["id"] for m in known_issues.match(v, fp)] == ["x"]
+    assert known_issues.match(Verdict("transfer", "t", Status.PASS), fp) == []
+    assert known_issues.match(v, {**fp, "device_facts": {"rocm": "7.2.1"}}) == []
+    assert known_issues.match(v, {**fp, "device": {"arch": "gfx1100"}}) == []
+
+
+def test_version_ranges():
+    assert known_issues.in_range("2.13.0+rocm7.2", ">=2.9,<2.14")
+    assert not known_issues.in_range("2.5.1", ">=2.6")
+    assert not known_issues.in_range(None, "<2.6")
+    with pytest.raises(UsageError):
+        known_issues.in_range("2.1", "about 2")
+
+
+def test_a_broken_user_known_issues_file_is_a_usage_error(tmp_path, monkeypatch):
+    (tmp_path / "k.json").write_text('{"issues": [{"title": "no id"}]}')
+    monkeypatch.setenv(known_issues.KNOWN_ISSUES_ENV, str(tmp_path / "k.json"))
+    with pytest.raises(UsageError, match="known-issues file"):
+        known_issues.entries()
+
+
+# --- runner behaviours --------------------------------------------------------------------
+
+
+def test_zygote_child_that_cannot_init_the_gpu_falls_back_to_spawn(monkeypatch):
+    from rocmcheck.runner import RunOptions, Runner
+
+    monkeypatch.setattr(Runner, "resolve_device", lambda self: setattr(self, "device", DeviceInfo()))
+    variants = select(registry.load_all([FAKE]), ["fake-pass", "fake-warn"])
+    opts = RunOptions(device="cpu", isolation="zygote", inject="gpu-init-fork-error", probes_paths=[FAKE],
+                      write_files=False)
+    report = Runner(opts).run(variants)
+    assert [v["status"] for v in report["verdicts"]] == ["pass", "warn"]
+    assert report["run"]["isolation"] == "spawn"
+    assert any("fell back to spawn" in n for n in report["run"]["notes"])
+
+
+def test_unkillable_child_is_abandoned_and_later_gpu_probes_skip(monkeypatch):
+    from rocmcheck import runner as runner_mod
+    from rocmcheck.runner import RunOptions, Runner
+
+    real = runner_mod.supervise
+
+    def stuck_first(child, timeout):
+        end = real(child, timeout)
+        if not getattr(stuck_first, "done", False):
+            stuck_first.done = True
+            end.timed_out, end.unkillable, end.state = True, True, {"status": "disk-sleep"}
+        return end
+
+    monkeypatch.setattr(runner_mod, "supervise", stuck_first)
+    monkeypatch.setattr(Runner, "resolve_device",
+                        lambda self: setattr(self, "device", DeviceInfo("cuda:0", "rocm", 1, "gfx1100")))
+    monkeypatch.setattr(runner_mod.Runner, "_start_launcher", lambda self: setattr(
+        self, "launcher", runner_mod.SpawnLauncher([FAKE], prestart=False)))
+    variants = select(registry.load_all([FAKE]), ["fake-pass", "fake-warn"])
+    report = Runner(RunOptions(device="cuda:0", isolation="spawn", probes_paths=[FAKE], write_files=False)).run(variants)
+    first, second = report["verdicts"]
+    assert first["status"] == "hang" and "could not be killed" in first["message"]
+    assert first["evidence"]["unkillable"] == {"status": "disk-sleep"}
+    assert second["status"] == "skip" and "fake-pass" in second["message"]
+
+
+class _NeverDies(ChildProcess):
+    def wait(self, timeout):
+        time.sleep(min(timeout, 0.05))
+        return None
+
+
+def test_watchdog_gives_up_on_an_unkillable_child_in_bounded_time():
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    r, w = os.pipe()
+    os.close(w)
+    life_r, life_w = os.pipe()
+    os.close(life_r)
+    start = time.monotonic()
+    end = supervise(_NeverDies(sleeper.pid, r, life_w), timeout=0.2)
+    assert end.timed_out and end.unkillable
+    assert time.monotonic() - start < 4
+    assert end.kill_steps[-1] == "SIGKILL"
+    sleeper.wait(5)
+
+
+def test_device_that_is_not_present_is_a_usage_error():
+    from rocmcheck.runner import RunOptions, Runner
+
+    with pytest.raises(UsageError, match="device cuda:3 is not present"):
+        Runner(RunOptions(device="cuda:3", write_files=False)).run([])
