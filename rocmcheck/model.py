@@ -87,6 +87,7 @@ class ProbeSpec:
     requires: Requires = Requires()
     variants: Tuple[Mapping[str, Any], ...] = ({},)
     fresh_interpreter: bool = False  # needs env set before `import torch` (allocator settings)
+    env: Optional[Callable[[Mapping[str, Any]], Mapping[str, str]]] = field(default=None, compare=False)
 
     def expand(self) -> List["Variant"]:
         return [Variant(self, dict(p)) for p in self.variants]
@@ -115,6 +116,10 @@ class Variant:
     @property
     def id(self) -> str:
         return variant_id(self.spec.id, self.params)
+
+    def env(self) -> Dict[str, str]:
+        """Variables this variant's child gets before it starts (`@probe(env=fn(params))`)."""
+        return {k: str(v) for k, v in self.spec.env(self.params).items()} if self.spec.env else {}
 
     def in_gate(self) -> bool:
         gate = self.spec.gate

@@ -34,6 +34,7 @@ def probe(
     requires: Union[Requires, Mapping[str, Any], None] = None,
     variants: Union[None, Mapping[str, Sequence[Any]], Sequence[Mapping[str, Any]]] = None,
     fresh_interpreter: bool = False,
+    env: Optional[Callable[[Mapping[str, Any]], Mapping[str, str]]] = None,
 ) -> Callable[[ProbeFn], ProbeFn]:
     """Register `func(ctx, **params)` as a probe.
 
@@ -41,6 +42,8 @@ def probe(
     `AssertionError`/`rocmcheck.ProbeFailure`, skips with `ctx.skip(reason)`; any other
     exception is `error`. `variants` is a list of parameter dicts or a dict of lists
     (cartesian product); `gate` is a bool or a predicate over a variant's parameters.
+    `env(params)` returns variables set in that variant's child before it imports torch
+    (the child is then a fresh interpreter); they are recorded in the verdict.
     """
     if not _ID_RE.match(id):
         raise ValueError(f"probe id {id!r} must match {_ID_RE.pattern}")
@@ -50,7 +53,7 @@ def probe(
         spec = ProbeSpec(
             id=id, title=title, targets=targets, func=func, module=func.__module__,
             links=tuple(links), timeout=float(timeout), gate=gate, requires=req,
-            variants=expand_variants(variants), fresh_interpreter=fresh_interpreter,
+            variants=expand_variants(variants), fresh_interpreter=fresh_interpreter, env=env,
         )
         existing = _REGISTRY.get(id)
         if existing is not None and existing.module != spec.module:

@@ -176,13 +176,14 @@ class Runner:
         timeout = self.opts.timeout or spec.timeout
         task = self._task(probe=spec.id, params=variant.params, device=self.device.name, profile=self.opts.profile,
                           timeout=timeout, module_file=module_file(spec))
-        end = self._launch(task, {}, spec.fresh_interpreter)
+        variant_env = variant.env()
+        end = self._launch(task, variant_env, spec.fresh_interpreter)
         result = _read_result(task["result_path"])
         if result and result.get("gpu_init_failed") and self.isolation == "zygote":
             self.fall_back_to_spawn(result.get("message", "GPU init failed in a forked child"))
             return self.run_variant(variant)
         verdict = assemble(variant, end, result, _read_text(task["stack_path"]), timeout)
-        verdict.env = {**self.opts.env}
+        verdict.env = {**self.opts.env, **variant_env}
         if end.unkillable:
             self.wedged = variant.id
         return verdict
