@@ -1,0 +1,107 @@
+"""The `rocmcheck` command as users meet it: exit codes, one-line errors, files written."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FAKE = str(Path(__file__).parent / "fake_probes")
+
+
+def cli(*args: str, env=None, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rocmcheck", *args], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=cwd)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "--probe", "no-such-probe"], "unknown probe id 'no-such-probe'"),
+    (["run", "--device", "gpu7"], "--device must be auto, cpu or cuda:N"),
+    (["run", "--timeout", "-1"], "must be positive"),
+    (["run", "--timeout", "soon"], "is not a number"),
+    (["run", "--inject", "melt"], "unknown fault 'melt'"),
+    (["run", "--probes-path", "/no/such/dir"], "is not a readable directory"),
+    (["run", "-k", "to and"], "-k expression"),
+    (["run", "--isolation", "thread"], "invalid choice"),
+    (["list", "--probe", "nope*"], "unknown probe id"),
+    (["frobnicate"], "invalid choice"),
+    ([], "required"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    out = cli(*args)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rocmcheck: error:") and message in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_help_and_list_do_not_import_torch():
+    code = ("import sys, contextlib, io; from rocmcheck import cli\n"
+            "for argv in (['--help'], ['env', '--help'], ['list'], ['list', '--faults']):\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        try: cli.main(argv)\n"
+            "        except SystemExit: pass\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_list_shows_variants_timeouts_and_gate_membership():
+    out = cli("list", "--probes-path", FAKE, "--probe", "fake-p*")
+    assert out.returncode == 0
+    assert "fake-pass" in out.stdout and "gate" in out.stdout and "30s" in out.stdout
+    faults = cli("list", "--faults")
+    for name in ("copy-zeros", "bf16-zeros", "matmul-nan", "backward-hang", "segv", "abort", "exit-no-result",
+                 "ignore-sigterm", "grandchild-hang", "output-flood"):
+        assert name in faults.stdout
+
+
+def test_run_exit_codes_and_files(tmp_path):
+    ok = cli("run", "--device", "cpu", "--probes-path", FAKE, "--probe", "fake-pass", "--probe", "fake-skip",
+             "--out-dir", str(tmp_path / "a"))
+    assert ok.returncode == 0, ok.stderr
+    assert " PASS  fake-pass" in ok.stdout and "1 skip, 1 pass" in ok.stdout
+    files = sorted(p.suffix for p in (tmp_path / "a").iterdir())
+    assert files == [".json", ".jsonl", ".md"]
+    bad = cli("run", "--device", "cpu", "--probes-path", FAKE, "--probe", "fake-pass", "--probe", "fake-fail",
+              "--json", str(tmp_path / "r.json"), "--md", str(tmp_path / "r.md"), "--out-dir", str(tmp_path / "b"))
+    assert bad.returncode == 1
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert {v["variant"]: v["status"] for v in report["verdicts"]} == {"fake-pass": "pass", "fake-fail": "fail"}
+    assert "FAIL `fake-fail`" in (tmp_path / "r.md").read_text()
+
+
+def test_gate_go_and_no_go(tmp_path):
+    go = cli("gate", "--device", "cpu", "--probes-path", FAKE, "--require", "fake-pass", "--out-dir", str(tmp_path))
+    assert go.returncode == 0, go.stderr
+    assert "\nGO — 1 pass" in go.stdout
+    nogo = cli("gate", "--device", "cpu", "--probes-path", FAKE, "--require", "fake-pass", "--require", "fake-abort",
+               "--out-dir", str(tmp_path))
+    assert nogo.returncode == 1
+    assert "NO-GO" in nogo.stdout and "CRASH fake-abort" in nogo.stdout and "SIGABRT" in nogo.stdout
+
+
+def test_gate_fails_when_a_fault_is_injected(tmp_path):
+    out = cli("gate", "--device", "cpu", "--require", "device-smoke", "--inject", "copy-zeros",
+              "--out-dir", str(tmp_path))
+    assert out.returncode == 1 and "FAIL device-smoke" in out.stdout
+
+
+def test_env_reports_torch_and_host_facts(tmp_path):
+    out = cli("env", "--json", env={**__import__("os").environ, "HSA_OVERRIDE_GFX_VERSION": "11.0.0",
+                                    "HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyzabcdefgh"})
+    assert out.returncode == 0, out.stderr
+    fp = json.loads(out.stdout)
+    assert fp["device_facts"]["torch"].startswith("2.")
+    assert fp["host"]["env"]["HSA_OVERRIDE_GFX_VERSION"] == "11.0.0"
+    assert "HF_TOKEN" not in out.stdout
+    text = cli("env")
+    assert "torch" in text.stdout and "Python" in text.stdout
+
+
+def test_runs_from_any_directory(tmp_path):
+    out = cli("run", "--device", "cpu", "--probe", "device-smoke", "--out-dir", "out", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert list((tmp_path / "out").glob("*.json"))
