@@ -1,0 +1,153 @@
+"""`rocmcheck diff BASELINE CURRENT`: what got worse, what got fixed, what appeared or vanished.
+
+Statuses fall into two classes: good (pass, warn, skip) and bad (fail, error, crash,
+hang). A *regression* is a variant that is bad now and was good in the baseline, or
+absent from it (nothing excuses a new failure); a *fix* is one that was bad and now
+passes or warns. Every other change (pass -> warn, pass -> skip, fail -> crash,
+bad -> skip) is listed as *changed* and does not fail the diff. The pytest plugin's
+`--rocm-baseline` uses the same rule, so CI and the command agree.
+
+Exit 0 without regressions, 1 with any, 2 for unreadable or foreign input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional
+
+from .errors import UsageError
+from .model import Status
+
+# Worst last: picks one status where a report holds a variant twice, or a matrix cell several runs.
+SEVERITY = ("pass", "skip", "warn", "fail", "error", "crash", "hang")
+KINDS = ("regression", "fix", "changed", "new", "missing")
+_GOOD_NOW = ("pass", "warn")
+
+
+def worst(statuses: Iterable[str]) -> str:
+    return max(statuses, key=SEVERITY.index)
+
+
+def statuses(report: Dict[str, Any], what: str) -> Dict[str, str]:
+    """variant id -> status (the worst, if the report holds the variant more than once)."""
+    seen: Dict[str, List[str]] = {}
+    for index, verdict in enumerate(report.get("verdicts") or []):
+        ok = isinstance(verdict, dict) and isinstance(verdict.get("variant"), str) \
+            and verdict.get("status") in SEVERITY
+        if not ok:
+            raise UsageError(f"{what}: verdict {index} has no valid variant and status")
+        seen.setdefault(verdict["variant"], []).append(verdict["status"])
+    return {variant: worst(found) for variant, found in seen.items()}
+
+
+def classify(base: Optional[str], current: str) -> str:
+    """'regression', 'fix', 'changed', 'same' or 'new' for one variant (base None: absent)."""
+    bad_now = Status(current).is_bad
+    if base is None:
+        return "regression" if bad_now else "new"
+    if base == current:
+        return "same"
+    bad_before = Status(base).is_bad
+    if bad_now and not bad_before:
+        return "regression"
+    if bad_before and current in _GOOD_NOW:
+        return "fix"
+    return "changed"
+
+
+@dataclass
+class Change:
+    variant: str
+    kind: str
+    baseline: Optional[str]
+    current: Optional[str]
+    message: str = ""
+
+
+@dataclass
+class Diff:
+    changes: List[Change] = field(default_factory=list)
+    unchanged: int = 0
+
+    def of(self, kind: str) -> List[Change]:
+        return [c for c in self.changes if c.kind == kind]
+
+    @property
+    def regressions(self) -> List[Change]:
+        return self.of("regression")
+
+    def counts_line(self) -> str:
+        plural = {"regression": "regressions", "fix": "fixes"}
+        parts = [f"{n} {plural.get(kind, kind) if n != 1 else kind}" for kind in KINDS for n in [len(self.of(kind))]]
+        return ", ".join(parts) + f", {self.unchanged} unchanged"
+
+
+def compare(baseline: Dict[str, Any], current: Dict[str, Any], names: tuple = ("baseline", "current")) -> Diff:
+    """Classify every variant of both reports; `names` label them in error messages."""
+    before, now = statuses(baseline, names[0]), statuses(current, names[1])
+    messages = {v.get("variant"): v.get("message", "") for v in current.get("verdicts") or []}
+    result = Diff()
+    for variant, status in now.items():
+        kind = classify(before.get(variant), status)
+        if kind == "same":
+            result.unchanged += 1
+        else:
+            result.changes.append(Change(variant, kind, before.get(variant), status, messages.get(variant, "")))
+    result.changes += [Change(v, "missing", s, None) for v, s in before.items() if v not in now]
+    result.changes.sort(key=lambda c: KINDS.index(c.kind))
+    return result
+
+
+# --- the command -----------------------------------------------------------------------------
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("diff", help="regressions and fixes between two runs; exit 1 on any regression")
+    p.add_argument("baseline", type=Path, metavar="BASELINE", help="report (.json) or journal (.jsonl)")
+    p.add_argument("current", type=Path, metavar="CURRENT", help="report (.json) or journal (.jsonl)")
+    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the diff as JSON here")
+    p.set_defaults(func=cmd_diff)
+
+
+def _side(path: Path, report: Dict[str, Any]) -> Dict[str, Any]:
+    from .fingerprint import summary
+
+    run = report.get("run") or {}
+    return {"file": str(path), "machine": summary(report.get("fingerprint") or {}), "run": run.get("id"),
+            "partial": bool(run.get("partial")), "interrupted": run.get("interrupted")}
+
+
+def _text(sides: List[Dict[str, Any]], result: Diff) -> str:
+    from tabulate import tabulate
+
+    from .render import short
+
+    lines = [f"{name}: {side['file']} ({side['machine']}, run {side['run']})"
+             for name, side in zip(("baseline", "current "), sides)]
+    if sides[0]["machine"] != sides[1]["machine"]:
+        lines.append("note: the two runs come from different machines")
+    lines += [f"note: {side['file']} is partial (interrupted during {side['interrupted']})"
+              for side in sides if side["partial"]]
+    rows = [[c.kind.upper(), c.variant, c.baseline or "-", c.current or "-", short(c.message, 70)]
+            for c in result.changes]
+    if rows:
+        lines += ["", tabulate(rows, headers=["change", "variant", "baseline", "current", "message"],
+                               tablefmt="simple")]
+    lines += ["", result.counts_line()]
+    return "\n".join(lines)
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from .storage import load_report, write_atomic
+
+    reports = [load_report(args.baseline), load_report(args.current)]
+    result = compare(*reports, names=(str(args.baseline), str(args.current)))
+    sides = [_side(args.baseline, reports[0]), _side(args.current, reports[1])]
+    print(_text(sides, result))
+    if args.json:
+        data = {"baseline": sides[0], "current": sides[1], "unchanged": result.unchanged,
+                **{kind: [c.__dict__ for c in result.of(kind)] for kind in KINDS}}
+        write_atomic(args.json, json.dumps(data, indent=2) + "\n")
+    return 1 if result.regressions else 0

@@ -1,0 +1,163 @@
+"""`rocmcheck matrix FILE...`: one compatibility matrix from the reports of many machines.
+
+Rows are probe variants (in the order the reports first list them); columns are
+machines, labelled by their fingerprint summary (arch, backend and version, torch,
+OS). Reports with the same label are one column. Where they disagree the worst
+status wins (pass < skip < warn < fail < error < crash < hang) and the cell says
+how many of the column's verdicts for that variant had it: `FAIL 1/3`. A `*` marks
+a cell with a known issue, listed under the table. Never imports torch.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from .diff import statuses, worst
+
+GROUPING = ("reports with identical fingerprints share a column; the worst status wins, "
+            "and 'FAIL 1/3' means 1 of the column's 3 verdicts for that variant")
+MISSING = "-"
+
+
+@dataclass
+class Machine:
+    label: str
+    fingerprint: Dict[str, Any]
+    reports: List[str] = field(default_factory=list)
+    verdicts: Dict[str, List[Dict[str, Any]]] = field(default_factory=dict)  # variant -> its verdicts
+
+
+def _issues(verdict: Dict[str, Any], fingerprint: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Known issues stored with the verdict, plus any the current data files add."""
+    from . import known_issues
+    from .model import Status, Verdict
+
+    found = {i.get("id"): i for i in verdict.get("known_issues") or []}
+    if verdict["status"] not in ("pass", "skip"):
+        probe = verdict.get("probe") or verdict["variant"].split("[")[0]
+        current = Verdict(probe, verdict["variant"], Status(verdict["status"]), message=verdict.get("message") or "",
+                          evidence=verdict.get("evidence") or {})
+        for issue in known_issues.match(current, fingerprint):
+            found.setdefault(issue["id"], issue)
+    return list(found.values())
+
+
+def _cell(verdicts: Optional[List[Dict[str, Any]]], fingerprint: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    if not verdicts:
+        return None
+    counts = Counter(v["status"] for v in verdicts)
+    issues = {i.get("id"): i for v in verdicts for i in _issues(v, fingerprint)}
+    return {"status": worst(counts), "counts": dict(counts), "known_issues": list(issues.values())}
+
+
+def build(loaded: List[Tuple[str, Dict[str, Any]]]) -> Dict[str, Any]:
+    """The matrix (JSON-able) from (name, report) pairs."""
+    from .fingerprint import summary
+
+    machines: Dict[str, Machine] = {}
+    probes: Dict[str, str] = {}  # variant -> probe id, in first-seen order
+    for name, report in loaded:
+        statuses(report, name)  # rejects malformed verdicts with a one-line error
+        fingerprint = report.get("fingerprint") or {}
+        label = summary(fingerprint)
+        machine = machines.setdefault(label, Machine(label, fingerprint))
+        machine.reports.append(name)
+        for verdict in report["verdicts"]:
+            probes.setdefault(verdict["variant"], verdict.get("probe") or "")
+            machine.verdicts.setdefault(verdict["variant"], []).append(verdict)
+    rows = [{"variant": variant, "probe": probe,
+             "cells": [_cell(m.verdicts.get(variant), m.fingerprint) for m in machines.values()]}
+            for variant, probe in probes.items()]
+    return {"schema": "rocmcheck-matrix", "schema_version": "1.0", "grouping": GROUPING,
+            "machines": [{"label": m.label, "reports": m.reports, "fingerprint": m.fingerprint}
+                         for m in machines.values()],
+            "rows": rows}
+
+
+def cell_text(cell: Optional[Dict[str, Any]]) -> str:
+    if cell is None:
+        return MISSING
+    counts = cell["counts"]
+    text = cell["status"].upper()
+    if len(counts) > 1:
+        text += f" {counts[cell['status']]}/{sum(counts.values())}"
+    return text + ("*" if cell["known_issues"] else "")
+
+
+def _header(machine: Dict[str, Any], newline: str) -> str:
+    count = len(machine["reports"])
+    return newline.join([*machine["label"].split(" / "), f"({count} report{'s' if count != 1 else ''})"])
+
+
+def _table(matrix: Dict[str, Any], fmt: str, newline: str, variant_fmt: str = "{}") -> str:
+    from tabulate import tabulate
+
+    headers = ["probe variant", *(_header(m, newline) for m in matrix["machines"])]
+    rows = [[variant_fmt.format(row["variant"]), *map(cell_text, row["cells"])] for row in matrix["rows"]]
+    return tabulate(rows, headers=headers, tablefmt=fmt)
+
+
+def _issue_lines(matrix: Dict[str, Any], bullet: str) -> List[str]:
+    from .render import known_issue_lines
+
+    lines = []
+    for row in matrix["rows"]:
+        for machine, cell in zip(matrix["machines"], row["cells"]):
+            if cell and cell["known_issues"]:
+                lines.append(f"{bullet}{row['variant']} on {machine['label']}:")
+                lines += ["  " + line for line in known_issue_lines(cell)]
+    return lines
+
+
+def _counts_line(matrix: Dict[str, Any]) -> str:
+    counts = (len(matrix["rows"]), len(matrix["machines"]), sum(len(m["reports"]) for m in matrix["machines"]))
+    return ", ".join(f"{n} {word}{'s' if n != 1 else ''}" for n, word in zip(counts, ("variant", "machine", "report")))
+
+
+def terminal_text(matrix: Dict[str, Any]) -> str:
+    lines = [_table(matrix, "simple", "\n"), "", f"{_counts_line(matrix)}; {GROUPING}"]
+    issues = _issue_lines(matrix, "")
+    if issues:
+        lines += ["", "known issues (*):", *issues]
+    return "\n".join(lines)
+
+
+def markdown_text(matrix: Dict[str, Any]) -> str:
+    from .render import _md_escape
+
+    lines = ["# rocmcheck matrix", "", f"{_counts_line(matrix)}. Cells: {GROUPING}.", "",
+             _table(matrix, "github", "<br>", "`{}`"), ""]
+    lines += ["Reports per machine:", ""]
+    lines += [f"- {m['label']}: " + ", ".join(f"`{_md_escape(r)}`" for r in m["reports"]) for m in matrix["machines"]]
+    issues = _issue_lines(matrix, "- ")
+    if issues:
+        lines += ["", "## Known issues (*)", "", *issues]
+    return "\n".join(lines) + "\n"
+
+
+# --- the command -----------------------------------------------------------------------------
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("matrix", help="one matrix from the reports of many machines (rows: variants, columns: machines)")
+    p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="reports (.json) or journals (.jsonl)")
+    p.add_argument("--md", type=Path, default=None, metavar="PATH", help="also write the matrix as Markdown here")
+    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the matrix as JSON here")
+    p.set_defaults(func=cmd_matrix)
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from .storage import load_report, write_atomic
+
+    unique = list(dict.fromkeys(args.files))  # the same file named twice counts once
+    matrix = build([(str(path), load_report(path)) for path in unique])
+    print(terminal_text(matrix))
+    if args.md:
+        write_atomic(args.md, markdown_text(matrix))
+    if args.json:
+        write_atomic(args.json, json.dumps(matrix, indent=2, default=str) + "\n")
+    return 0
