@@ -1,0 +1,77 @@
+"""Isolation overhead per trivial probe (zygote, spawn, in-process) and a run of 20
+trivial probes as a whole process against `python -c "import torch"`.
+
+Run: python -m pytest benchmarks/bench_isolation.py --benchmark-columns=min,median,max,rounds
+Bars (design.md): zygote <= 50 ms median per probe and >= 20x cheaper than spawn.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from rocmcheck import registry
+from rocmcheck.runner import RunOptions, Runner
+from rocmcheck.selection import select
+
+FAKE = str(Path(__file__).resolve().parent.parent / "tests" / "fake_probes")
+
+
+def _runner(isolation: str) -> Runner:
+    runner = Runner(RunOptions(device="cpu", isolation=isolation, probes_paths=[FAKE], write_files=False))
+    runner.start()
+    return runner
+
+
+@pytest.fixture(scope="module")
+def trivial():
+    (variant,) = select(registry.load_all([FAKE]), ["fake-pass"])
+    return variant
+
+
+@pytest.mark.parametrize("isolation", ["zygote", "spawn"])
+def test_isolation_overhead_per_trivial_probe(benchmark, trivial, isolation):
+    runner = _runner(isolation)
+    rounds = 30 if isolation == "zygote" else 5
+    try:
+        verdict = benchmark.pedantic(runner.run_variant, args=(trivial,), rounds=rounds, warmup_rounds=1)
+    finally:
+        runner.finish()
+    assert verdict.status.value == "pass"
+
+
+def test_in_process_trivial_probe(benchmark, trivial):
+    from rocmcheck import child
+
+    folder = tempfile.mkdtemp()
+    task = {"probe": trivial.spec.id, "params": {}, "device": "cpu", "probes_paths": [FAKE], "faults": "",
+            "result_path": f"{folder}/r.json", "stack_path": f"{folder}/s"}
+    result = benchmark(child.run_probe, task)
+    assert result["status"] == "pass"
+
+
+def _whole(cmd):
+    return lambda: subprocess.run(cmd, check=True, capture_output=True)
+
+
+def test_import_torch_process(benchmark):
+    benchmark.pedantic(_whole([sys.executable, "-c", "import torch"]), rounds=5, warmup_rounds=1)
+
+
+def test_run_of_20_trivial_probes_process(benchmark, tmp_path):
+    cmd = [sys.executable, "-m", "rocmcheck", "run", "--device", "cpu", "--probes-path", str(_twenty(tmp_path)),
+           "--probe", "twenty-*", "--out-dir", str(tmp_path / "out")]
+    benchmark.pedantic(_whole(cmd), rounds=5, warmup_rounds=1)
+
+
+def _twenty(tmp_path: Path) -> Path:
+    folder = tmp_path / "twenty"
+    folder.mkdir(exist_ok=True)
+    (folder / "twenty.py").write_text(
+        "import rocmcheck\n"
+        "@rocmcheck.probe('twenty-trivial', title='t', targets='t', variants={'n': list(range(20))})\n"
+        "def trivial(ctx, n):\n    return {'n': n}\n")
+    return folder
