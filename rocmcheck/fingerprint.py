@@ -17,9 +17,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-ENV_PREFIXES = ("HSA_", "HIP_", "ROCR_", "ROCM_", "AMD_", "MIOPEN_", "PYTORCH_", "TORCH_", "CUDA_", "NCCL_",
-                "RCCL_", "HIPBLASLT_", "ROCBLAS_", "TENSILE_", "GPU_", "OMP_", "MKL_", "NVIDIA_", "CUBLAS_")
-ENV_DENY_WORDS = ("TOKEN", "SECRET", "PASSW", "PWD", "KEY", "AUTH", "CREDENTIAL", "COOKIE", "SESSION", "PRIVATE")
+from .redact import gpu_env_name
+
 RELATED_PACKAGES = ("torch", "numpy", "transformers", "peft", "accelerate", "torchao", "torchtune",
                     "bitsandbytes", "flash-attn", "flash_attn", "triton", "pytorch-triton-rocm", "deepspeed",
                     "xformers", "diffusers", "lightning", "pytorch-lightning")
@@ -46,8 +45,7 @@ def run_cmd(command: str) -> Tuple[int, str, str]:
 def env_vars(environ: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """Allow-listed GPU-relevant variables, minus any whose name looks secret."""
     environ = os.environ if environ is None else environ
-    return {k: v for k, v in sorted(environ.items())
-            if k.startswith(ENV_PREFIXES) and not any(w in k.upper() for w in ENV_DENY_WORDS)}
+    return {k: v for k, v in sorted(environ.items()) if gpu_env_name(k)}
 
 
 def package_versions() -> Dict[str, str]:
