@@ -1,3 +1,422 @@
 """PYTEST_DONT_REWRITE
-The pytest plugin (`pytest --rocm-matrix`), registered through the `pytest11` entry point.
+The pytest plugin: `pytest --rocm-matrix[=DIR]` runs every probe variant as a test item.
+
+Registered through the `pytest11` entry point as `rocmcheck`: `-p no:rocmcheck` turns
+it off, `-p rocmcheck` loads it under --disable-plugin-autoload (never also list
+`rocmcheck.plugin` in `pytest_plugins`: that registers it twice). Without
+--rocm-matrix it only declares its options and markers: no items, no runner, no torch.
+
+With it, a `rocmcheck` collector joins the session's collection, so each variant is
+an item `rocmcheck::<variant id>` that -k, -m (`rocm_probe`, `rocm_gate`, `rocm_gpu`)
+and --deselect select like any test. Items run one at a time through one isolated
+Runner per session (started when the first item needs it; its children do all GPU
+work). Under xdist the items carry `xdist_group("rocmcheck")` and need a --dist mode
+that keeps a group on one worker, so probes on one GPU never run concurrently; the
+worker sends its report to the controller, which prints the matrix.
 """
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+
+import pytest
+
+if TYPE_CHECKING:
+    from .model import Variant, Verdict
+    from .runner import Runner
+
+GROUP = "rocmcheck"
+XDIST_GROUP = "rocmcheck"
+SERIAL_DISTS = ("loadgroup", "loadscope", "loadfile")  # modes that keep all rocmcheck items on one worker
+WORKER_REPORT = "rocmcheck_report"
+WORKER_FILES = "rocmcheck_files"
+MARKERS = (
+    "rocm_probe: a rocmcheck probe variant (added by --rocm-matrix)",
+    "rocm_gate: a rocmcheck probe variant that is part of the gate",
+    "rocm_gpu: a rocmcheck probe variant that needs a GPU (skipped on the CPU)",
+)
+
+MATRIX_HELP = ("run every rocmcheck probe variant as a test item; write the matrix (JSON + Markdown) to DIR "
+               "(default reports/). Write --rocm-matrix=DIR: a bare `--rocm-matrix DIR` also takes DIR")
+DEVICE_HELP = "device for the probes: auto (first GPU, else the CPU), cpu or cuda:N (default auto)"
+TIMEOUT_HELP = "per-variant timeout in seconds, overriding each probe's own"
+ISOLATION_HELP = "zygote (fork from a server that imported torch; POSIX default) or spawn (fresh interpreter)"
+PROBES_PATH_HELP = "also load probe modules from this directory (repeatable)"
+GATE_ONLY_HELP = "only the variants in the gate, with the gate profile"
+BASELINE_HELP = "report (.json) or journal (.jsonl) of an earlier run: only regressions against it fail"
+INJECT_HELP = "inject faults into the probes, NAME[:ARG][@PROBE_GLOB],... (see: rocmcheck list --faults)"
+
+KEY = pytest.StashKey["MatrixPlugin"]()
+
+
+class RocmcheckWarning(UserWarning):
+    """A probe variant ended `warn`: it worked, but a known risk is present."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup(GROUP, "rocmcheck: GPU probes as test items")
+    group.addoption("--rocm-matrix", dest="rocm_matrix", nargs="?", const="reports", default=None,
+                    metavar="DIR", help=MATRIX_HELP)
+    group.addoption("--rocm-device", dest="rocm_device", default=None, metavar="DEV", help=DEVICE_HELP)
+    group.addoption("--rocm-timeout", dest="rocm_timeout", default=None, metavar="S", help=TIMEOUT_HELP)
+    group.addoption("--rocm-isolation", dest="rocm_isolation", default=None, metavar="MODE", help=ISOLATION_HELP)
+    group.addoption("--rocm-probes-path", dest="rocm_probes_path", action="append", default=None, metavar="DIR",
+                    help=PROBES_PATH_HELP)
+    group.addoption("--rocm-gate-only", dest="rocm_gate_only", action="store_true", default=None,
+                    help=GATE_ONLY_HELP)
+    group.addoption("--rocm-baseline", dest="rocm_baseline", default=None, metavar="FILE", help=BASELINE_HELP)
+    group.addoption("--rocm-inject", dest="rocm_inject", default=None, metavar="FAULT", help=INJECT_HELP)
+    parser.addini("rocm_device", DEVICE_HELP, default="")
+    parser.addini("rocm_timeout", TIMEOUT_HELP, default="")
+    parser.addini("rocm_isolation", ISOLATION_HELP, default="")
+    parser.addini("rocm_probes_path", PROBES_PATH_HELP, type="paths", default=[])
+    parser.addini("rocm_gate_only", GATE_ONLY_HELP, type="bool", default=False)
+    parser.addini("rocm_baseline", BASELINE_HELP, default="")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+    if config.getoption("rocm_matrix") is None:
+        return
+    from .errors import UsageError
+
+    try:
+        plugin = MatrixPlugin(config, read_settings(config))
+    except UsageError as exc:
+        raise pytest.UsageError(f"rocmcheck: {exc}") from None
+    config.stash[KEY] = plugin
+    config.pluginmanager.register(plugin, "rocmcheck-matrix")
+    if plugin.distributed:
+        config.pluginmanager.register(XdistHooks(plugin), "rocmcheck-xdist")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    plugin = config.stash.get(KEY, None)
+    if plugin is not None:
+        plugin.close()
+        del config.stash[KEY]
+
+
+# --- settings: command line over ini file, each error naming where the value came from --------
+
+
+@dataclass
+class Settings:
+    out_dir: Path
+    device: str = "auto"
+    timeout: Optional[float] = None
+    isolation: Optional[str] = None
+    probes_paths: Tuple[str, ...] = ()
+    gate_only: bool = False
+    baseline: Optional[Path] = None
+    inject: str = ""
+
+
+def _setting(config: pytest.Config, name: str) -> Tuple[Any, str]:
+    """(value, where it came from): the command line wins over the ini file."""
+    value = config.getoption(f"rocm_{name}")
+    if value is not None:
+        return value, f"--rocm-{name.replace('_', '-')}"
+    return config.getini(f"rocm_{name}"), f"ini option rocm_{name}"
+
+
+def _valid(config: pytest.Config, name: str, convert: Callable[[Any], Any], requirement: str) -> Any:
+    from .errors import UsageError
+
+    value, where = _setting(config, name)
+    try:
+        return convert(value)
+    except (UsageError, ValueError):
+        raise UsageError(f"{where} must be {requirement}, not {value!r}") from None
+
+
+def _timeout(value: str) -> Optional[float]:
+    seconds = float(value) if value else None
+    if seconds is not None and not seconds > 0:
+        raise ValueError(value)
+    return seconds
+
+
+def _isolation(value: str) -> Optional[str]:
+    from .runner import ISOLATIONS
+
+    if value and value not in ISOLATIONS:
+        raise ValueError(value)
+    return value or None
+
+
+def read_settings(config: pytest.Config) -> Settings:
+    """Every setting, validated now: a bad value is a usage error before any probe runs."""
+    import os
+
+    from . import faults
+    from .session import check_device
+
+    here = config.invocation_params.dir
+    cli_paths = config.getoption("rocm_probes_path")
+    baseline, where = _setting(config, "baseline")
+    ini_dir = config.inipath.parent if config.inipath else config.rootpath
+    settings = Settings(
+        out_dir=here / config.getoption("rocm_matrix"),
+        device=_valid(config, "device", lambda v: check_device(v or "auto"), "auto, cpu or cuda:N"),
+        timeout=_valid(config, "timeout", _timeout, "a positive number of seconds"),
+        isolation=_valid(config, "isolation", _isolation, "zygote or spawn"),
+        probes_paths=tuple(str(here / p) for p in cli_paths) if cli_paths is not None
+        else tuple(str(p) for p in config.getini("rocm_probes_path")),
+        gate_only=bool(_setting(config, "gate_only")[0]),
+        baseline=((here if where.startswith("--") else ini_dir) / baseline) if baseline else None,
+        inject=config.getoption("rocm_inject") or os.environ.get(faults.INJECT_ENV, ""),
+    )
+    faults.parse(settings.inject)  # an unknown fault is a usage error now, not at the first probe
+    return settings
+
+
+# --- items --------------------------------------------------------------------------------
+
+
+class ProbeCollector(pytest.Collector):
+    """The session-level `rocmcheck` node holding one item per selected probe variant."""
+
+    def collect(self) -> List[pytest.Item]:
+        plugin = self.config.stash[KEY]
+        return [ProbeItem.from_parent(self, name=v.id, variant=v) for v in plugin.variants]
+
+
+class ProbeItem(pytest.Item):
+    """One probe variant; its verdict decides the outcome and rides in user_properties."""
+
+    def __init__(self, *, variant: "Variant", **kwargs: Any):
+        super().__init__(**kwargs)
+        self.variant = variant
+        self.add_marker("rocm_probe")
+        if variant.in_gate():
+            self.add_marker("rocm_gate")
+        if variant.spec.requires.gpu or variant.spec.requires.gpus:
+            self.add_marker("rocm_gpu")
+        if self.config.pluginmanager.hasplugin("xdist"):
+            self.add_marker(pytest.mark.xdist_group(XDIST_GROUP))
+
+    def runtest(self) -> None:
+        plugin = self.config.stash[KEY]
+        verdict = plugin.run(self.variant)
+        self.user_properties.extend(verdict_properties(verdict))
+        plugin.judge(verdict)
+
+    def reportinfo(self) -> Tuple[Path, Optional[int], str]:
+        """The probe function's file and line, so skips and junitxml point at the probe."""
+        from .registry import module_file
+
+        line = self.variant.spec.func.__code__.co_firstlineno - 1
+        return Path(module_file(self.variant.spec) or self.path), line, f"rocmcheck {self.variant.id}"
+
+
+def verdict_properties(verdict: "Verdict") -> List[Tuple[str, str]]:
+    """JSON-able properties: they survive xdist and land in --junitxml as <property>."""
+    from .storage import dumps
+
+    return [("rocmcheck_status", verdict.status.value), ("rocmcheck_verdict", dumps(verdict.to_dict()))]
+
+
+def failure_text(verdict: "Verdict", baseline: Optional[str], has_baseline: bool) -> str:
+    """The failure report: the verdict line, its evidence and any known workaround."""
+    from .render import known_issue_lines
+
+    lines = [f"{verdict.status.value.upper()} {verdict.variant}: {verdict.message}"]
+    if has_baseline:
+        lines.append(f"regression against the baseline: {baseline or 'absent'} -> {verdict.status.value}")
+    ev = verdict.evidence
+    if ev.get("returncode"):
+        lines.append(f"exit: {ev.get('exit')}")
+    lines += [f"{key}: {ev[key]}" for key in ("signatures", "faults_injected", "kill_steps", "unkillable") if ev.get(key)]
+    if verdict.measurements:
+        lines.append("measurements: " + ", ".join(f"{k}={v}" for k, v in verdict.measurements.items()))
+    lines += known_issue_lines(verdict.to_dict())
+    for key in ("stack", "traceback", "output_tail"):
+        if ev.get(key):
+            lines += ["", f"--- {key} ---", str(ev[key]).rstrip()]
+    return "\n".join(lines)
+
+
+# --- the session's probe run -----------------------------------------------------------------
+
+
+class MatrixPlugin:
+    """One pytest session's probe run: settings, the lazily started Runner, the report."""
+
+    def __init__(self, config: pytest.Config, settings: Settings):
+        from . import registry
+        from .selection import select
+
+        self.config = config
+        self.settings = settings
+        self.is_worker = hasattr(config, "workerinput")
+        self.distributed = config.getoption("dist", "no") != "no" and not config.getoption("collectonly")
+        if self.distributed and config.getoption("dist") not in SERIAL_DISTS:
+            raise pytest.UsageError(
+                f"rocmcheck: probes share one GPU and must run one at a time, which --dist "
+                f"{config.getoption('dist')} cannot promise: add --dist loadgroup (the probe items carry "
+                f"xdist_group('{XDIST_GROUP}')), or use loadscope or loadfile")
+        self.variants = select(registry.load_all(settings.probes_paths), gate_only=settings.gate_only)
+        self.baseline: Optional[Dict[str, Any]] = None
+        self.baseline_statuses: Dict[str, str] = {}
+        if settings.baseline is not None:
+            from .diff import statuses
+            from .storage import load_report
+
+            self.baseline = load_report(settings.baseline)
+            self.baseline_statuses = statuses(self.baseline, str(settings.baseline))
+        self.runner: Optional["Runner"] = None
+        self.current: Optional[str] = None  # the variant running now: named if the run is interrupted
+        self.report: Optional[Dict[str, Any]] = None
+        self.files: List[str] = []
+
+    # collection and header
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
+        report = yield
+        if isinstance(collector, pytest.Session) and report.passed:
+            report.result.append(ProbeCollector.from_parent(collector, name="rocmcheck", nodeid="rocmcheck"))
+        return report
+
+    def pytest_report_header(self, config: pytest.Config) -> Optional[str]:
+        if not self.distributed:
+            return None  # the header comes after collection, once the device is resolved
+        return (f"rocmcheck: {len(self.variants)} probe variants, run one at a time on one xdist worker; "
+                f"device {self.settings.device}, isolation {self.settings.isolation or 'default'}")
+
+    def pytest_report_collectionfinish(self, config: pytest.Config, items: List[pytest.Item]) -> Optional[str]:
+        if self.is_worker:
+            return None
+        count = sum(isinstance(item, ProbeItem) for item in items)
+        if not count:
+            return "rocmcheck: no probe variant selected"
+        if config.getoption("collectonly"):
+            return f"rocmcheck: {count} probe variants (device {self.settings.device}, not resolved: --collect-only)"
+        runner = self.start()
+        dev = runner.device
+        arch = f", arch {dev.arch}" if dev.arch else ""
+        return (f"rocmcheck: device {dev.name} (backend {dev.backend}{arch}), {count} probe variant"
+                f"{'s' if count != 1 else ''}, "
+                f"isolation {runner.isolation}, profile {runner.opts.profile}")
+
+    # running
+
+    def start(self) -> "Runner":
+        """The session's Runner, started on first use: launcher up, device resolved, journal open."""
+        if self.runner is not None:
+            return self.runner
+        from .errors import UsageError
+        from .runner import RunOptions, Runner
+
+        s = self.settings
+        opts = RunOptions(device=s.device, timeout=s.timeout, inject=s.inject, probes_paths=list(s.probes_paths),
+                          profile="gate" if s.gate_only else "full", out_dir=s.out_dir, command="pytest")
+        if s.isolation:
+            opts.isolation = s.isolation
+        runner = Runner(opts)
+        try:
+            runner.start()
+        except UsageError as exc:
+            runner.close_launcher()
+            raise pytest.UsageError(f"rocmcheck: {exc}") from None
+        self.runner = runner
+        return runner
+
+    def run(self, variant: "Variant") -> "Verdict":
+        runner = self.start()
+        self.current = variant.id
+        verdict = runner.run_one(variant)
+        self.current = None
+        return verdict
+
+    def judge(self, verdict: "Verdict") -> None:
+        """Map the verdict to the item's outcome; with a baseline only regressions fail."""
+        from .diff import classify
+        from .model import Status
+
+        status = verdict.status
+        if status is Status.SKIP:
+            pytest.skip(verdict.message)
+        base = self.baseline_statuses.get(verdict.variant)
+        if status.is_bad:
+            if self.baseline is not None and classify(base, status.value) != "regression":
+                pytest.xfail(f"{status.value} now, {base} in the baseline: not a regression")
+            pytest.fail(failure_text(verdict, base, self.baseline is not None), pytrace=False)
+        if status is Status.WARN:
+            warnings.warn(RocmcheckWarning(f"{verdict.variant}: {verdict.message}"))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Any:
+        """A skip is reported at the probe's location, not at the plugin's pytest.skip call."""
+        report = yield
+        if isinstance(item, ProbeItem) and report.skipped and isinstance(report.longrepr, tuple):
+            path, line, _ = item.location
+            report.longrepr = (path, (line or 0) + 1, report.longrepr[2])
+        return report
+
+    # the end
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.runner is None:
+            return
+        paths = self.runner.paths()
+        interrupted = self.current or ("(between probe variants)" if exitstatus == pytest.ExitCode.INTERRUPTED else None)
+        self.report = self.runner.finish(interrupted=interrupted)
+        self.runner = None
+        self.files = [str(paths[kind]) for kind in ("json", "md", "jsonl")]
+        if self.is_worker:
+            from .storage import report_json
+
+            session.config.workeroutput[WORKER_REPORT] = report_json(self.report)  # type: ignore[attr-defined]
+            session.config.workeroutput[WORKER_FILES] = self.files  # type: ignore[attr-defined]
+
+    def receive(self, report: Dict[str, Any], files: List[str]) -> None:
+        """The report of the xdist worker that ran the probes."""
+        self.report, self.files = report, files
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.report is None or self.is_worker:
+            return  # no probe ran (deselected, --collect-only), or an xdist worker: the controller prints
+        terminalreporter.section("rocmcheck matrix")
+        for line in self.summary_lines(self.report):
+            terminalreporter.write_line(line)
+
+    def summary_lines(self, report: Dict[str, Any]) -> List[str]:
+        from .render import known_issue_lines, terminal_matrix
+
+        lines = terminal_matrix(report).splitlines()
+        lines += [f"note: {note}" for note in report["run"].get("notes") or []]
+        for v in report["verdicts"]:
+            if v.get("known_issues"):
+                lines += [f"{v['status'].upper()} {v['variant']}:", *known_issue_lines(v)]
+        if self.baseline is not None:
+            from .diff import compare
+
+            result = compare(self.baseline, report, names=(str(self.settings.baseline), "this run"))
+            lines.append(f"against the baseline {self.settings.baseline}: {result.counts_line()}")
+            lines += [f"  REGRESSION {c.variant}: {c.baseline or 'absent'} -> {c.current}" for c in result.regressions]
+        lines.append("wrote " + ", ".join(self.files))
+        return lines
+
+    def close(self) -> None:
+        """Safety net for an aborted session: no zygote outlives pytest."""
+        if self.runner is not None:
+            self.runner.close_launcher()
+            self.runner = None
+
+
+class XdistHooks:
+    """Registered only on an xdist controller, so xdist's own hooks exist."""
+
+    def __init__(self, plugin: MatrixPlugin):
+        self.plugin = plugin
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        if WORKER_REPORT in output:
+            self.plugin.receive(json.loads(output[WORKER_REPORT]), list(output.get(WORKER_FILES) or []))

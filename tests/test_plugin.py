@@ -1,0 +1,217 @@
+"""The pytest plugin, always in a pytest subprocess (`runpytest_subprocess`): outcomes,
+summary lines, files written, junitxml, -k/-m/--deselect, baselines, xdist, usage errors.
+
+Fake probes (one per verdict) are written into each pytester directory and loaded with
+--rocm-probes-path; `-k fake` keeps the built-in probes out of the runs.
+"""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+from rocmcheck.storage import SCHEMA, SCHEMA_VERSION, load_report
+
+FAKE_PROBES = '''
+import os, signal, time
+import rocmcheck
+
+@rocmcheck.probe("fake-ok", title="ok", targets="-", variants={"n": [1, 2]}, gate=lambda p: p["n"] == 1)
+def ok(ctx, n):
+    return {"n": n}
+
+@rocmcheck.probe("fake-fail", title="fail", targets="-")
+def fail(ctx):
+    raise rocmcheck.ProbeFailure("3 of 8 elements differ", max_err=1.5)
+
+@rocmcheck.probe("fake-crash", title="crash", targets="-")
+def crash(ctx):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+@rocmcheck.probe("fake-hang", title="hang", targets="-", timeout=60)
+def hang(ctx):
+    time.sleep(600)
+
+@rocmcheck.probe("fake-skip", title="skip", targets="-")
+def skip(ctx):
+    ctx.skip("needs a unicorn")
+
+@rocmcheck.probe("fake-warn", title="warn", targets="-")
+def warn(ctx):
+    ctx.warn("bf16 only emulated")
+
+@rocmcheck.probe("fake-error", title="error", targets="-")
+def error(ctx):
+    raise RuntimeError("HIP error: invalid device function")
+'''
+
+EXPECTED = {"fake-ok[1]": "pass", "fake-ok[2]": "pass", "fake-fail": "fail", "fake-crash": "crash",
+            "fake-hang": "hang", "fake-skip": "skip", "fake-warn": "warn", "fake-error": "error"}
+USER_TESTS = "def test_mine():\n    assert 1 + 1 == 2\n"
+SUBPROCESS_TIMEOUT = 120
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A project with its own test and the fake probes in fp/."""
+    (pytester.path / "fp").mkdir()
+    (pytester.path / "fp" / "fake.py").write_text(FAKE_PROBES)
+    pytester.makepyfile(test_user=USER_TESTS)
+    return pytester
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=SUBPROCESS_TIMEOUT)
+
+
+def statuses(verdicts) -> Dict[str, str]:
+    return {v["variant"]: v["status"] for v in verdicts}
+
+
+def only(directory: Path, pattern: str) -> Path:
+    found = list(directory.glob(pattern))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_inert_without_the_flag(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_inert="""
+        import sys
+
+        def test_inert(pytestconfig):
+            plugins = [p for p in pytestconfig.pluginmanager.get_plugins()
+                       if getattr(p, "__name__", "") == "rocmcheck.plugin"]
+            assert len(plugins) == 1  # autoloaded once, by its entry point
+            assert pytestconfig.pluginmanager.get_plugin("rocmcheck-matrix") is None
+            assert "torch" not in sys.modules and "rocmcheck.runner" not in sys.modules
+    """)
+    result = run(pytester)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["plugins:*rocmcheck-*"])
+    result.stdout.no_fnmatch_line("rocmcheck:*")
+    result.stdout.no_fnmatch_line("*rocmcheck matrix*")
+    assert not (pytester.path / "reports").exists()
+
+
+def test_p_no_rocmcheck_turns_it_off(pytester: pytest.Pytester) -> None:
+    result = run(pytester, "-p", "no:rocmcheck", "--rocm-matrix")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unrecognized arguments: --rocm-matrix*"])
+
+
+def test_every_verdict_maps_to_an_outcome_with_reports_and_junitxml(project: pytest.Pytester) -> None:
+    project.makeini("[pytest]\nrocm_timeout = 2\n")  # the ini mirror: the hang is cut at 2 s, not 60
+    result = run(project, "--rocm-matrix=out", "--rocm-probes-path=fp", "-k", "fake or test_mine", "-ra",
+                 "--junitxml=junit.xml")
+    result.assert_outcomes(passed=4, failed=4, skipped=1, warnings=1)  # passed: ok x2, warn, test_mine
+    result.stdout.fnmatch_lines([
+        "rocmcheck: device cpu (backend cpu), 8 probe variants, isolation zygote, profile full",
+    ])
+    result.stdout.fnmatch_lines([
+        "CRASH fake-crash: crashed: SIGSEGV", "exit: SIGSEGV", "--- stack ---", "*Segmentation fault*",
+    ])
+    result.stdout.fnmatch_lines(["ERROR fake-error: HIP error: invalid device function", "*invalid device function*"])
+    result.stdout.fnmatch_lines(["FAIL fake-fail: 3 of 8 elements differ", "measurements: max_err=1.5*"])
+    result.stdout.fnmatch_lines(["HANG fake-hang: no verdict within 2s*", "--- stack ---", "*fake.py*in hang"])
+    result.stdout.fnmatch_lines(["*RocmcheckWarning: fake-warn: bf16 only emulated*"])
+    result.stdout.fnmatch_lines([
+        "*= rocmcheck matrix =*", "fake-crash*CRASH*", "*: 1 fail, 1 crash, 1 hang, 1 error, 1 warn, 1 skip, 2 pass",
+        "wrote *out*rocmcheck-*.json, *.md, *.jsonl",
+    ])
+    result.stdout.fnmatch_lines([
+        "SKIPPED [[]1[]] fp/fake.py:*: needs a unicorn",
+        "FAILED rocmcheck::fake-crash - Failed: CRASH fake-crash: crashed: SIGSEGV",
+    ])
+
+    out = project.path / "out"
+    assert statuses(load_report(only(out, "*.json"))["verdicts"]) == EXPECTED
+    journal = load_report(only(out, "*.jsonl"))  # the journal alone rebuilds the same verdicts
+    assert statuses(journal["verdicts"]) == EXPECTED and not journal["run"]["partial"]
+    assert "## CRASH `fake-crash`" in only(out, "*.md").read_text()
+
+    cases = {case.get("name"): case for case in ET.parse(project.path / "junit.xml").getroot().iter("testcase")}
+    assert not list(cases["test_mine"].iter("property"))
+    for variant, status in EXPECTED.items():
+        props = {p.get("name"): p.get("value") for p in cases[variant].iter("property")}
+        verdict = json.loads(props["rocmcheck_verdict"])
+        assert props["rocmcheck_status"] == status == verdict["status"] and verdict["variant"] == variant
+
+
+@pytest.mark.parametrize("args, ini, expected", [
+    (["-m", "rocm_gate", "-k", "fake"], "", ["rocmcheck::fake-ok[1]"]),
+    (["-k", "fake-ok", "--deselect", "rocmcheck::fake-ok[2]"], "", ["rocmcheck::fake-ok[1]"]),
+    (["-m", "not rocm_probe"], "", ["test_user.py::test_mine"]),
+    (["-k", "fake or mine"], "rocm_gate_only = true", ["test_user.py::test_mine", "rocmcheck::fake-ok[1]"]),
+], ids=["marker", "deselect", "user-tests-only", "ini-gate-only"])
+def test_selection_understands_probe_items(project: pytest.Pytester, args, ini, expected) -> None:
+    if ini:
+        project.makeini(f"[pytest]\n{ini}\n")
+    result = run(project, "--rocm-matrix", "--rocm-probes-path=fp", "--collect-only", "-q", *args)
+    assert [line for line in result.stdout.lines if "::" in line] == expected
+
+
+def test_selected_items_alone_run_and_injected_faults_fail_them(project: pytest.Pytester) -> None:
+    result = run(project, "--rocm-matrix=out", "--rocm-probes-path=fp", "-k", "fake-ok",
+                 "--deselect", "rocmcheck::fake-ok[2]", "--rocm-inject", "segv@fake-ok")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["CRASH fake-ok[[]1[]]: crashed: SIGSEGV", "--- stack ---", "*in _segv"])
+    assert statuses(load_report(only(project.path / "out", "*.json"))["verdicts"]) == {"fake-ok[1]": "crash"}
+
+
+def test_with_a_baseline_only_regressions_fail(project: pytest.Pytester) -> None:
+    baseline = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run": {}, "fingerprint": {},
+                "verdicts": [{"probe": "fake-fail", "variant": "fake-fail", "status": "fail"},
+                             {"probe": "fake-crash", "variant": "fake-crash", "status": "pass"}]}
+    (project.path / "base.json").write_text(json.dumps(baseline))
+    result = run(project, "--rocm-matrix=out", "--rocm-probes-path=fp", "--rocm-baseline=base.json", "-ra",
+                 "-k", "fake-fail or fake-crash or fake-error or fake-ok")
+    # fail as before: xfailed; pass -> crash: regression; error, absent before: fails; ok, absent before: new
+    result.assert_outcomes(passed=2, failed=2, xfailed=1)
+    result.stdout.fnmatch_lines(["CRASH fake-crash: crashed: SIGSEGV", "regression against the baseline: pass -> crash"])
+    result.stdout.fnmatch_lines(["ERROR fake-error: *", "regression against the baseline: absent -> error"])
+    result.stdout.fnmatch_lines([
+        "against the baseline *base.json: 2 regressions, 0 fixes, 0 changed, 2 new, 0 missing, 1 unchanged",
+        "  REGRESSION fake-crash: pass -> crash",
+    ])
+    result.stdout.fnmatch_lines(["XFAIL rocmcheck::fake-fail - fail now, fail in the baseline: not a regression"])
+
+
+def test_xdist_runs_all_probes_on_one_worker(project: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    project.makepyfile(test_more="def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    result = run(project, "-p", "xdist", "-n", "2", "--dist", "loadgroup", "-v", "--rocm-matrix=out",
+                 "--rocm-probes-path=fp", "-k", "fake-ok or fake-fail or test_")
+    result.assert_outcomes(passed=5, failed=1)
+    workers = {line.split()[0] for line in result.stdout.lines if line.startswith("[gw") and "rocmcheck::" in line}
+    assert len(workers) == 1, workers  # one worker, one Runner: the probes ran one after another
+    result.stdout.fnmatch_lines(["rocmcheck: * probe variants, run one at a time on one xdist worker*"])
+    result.stdout.fnmatch_lines(["*= rocmcheck matrix =*", "fake-fail*FAIL*", "wrote *out*rocmcheck-*.json*"])
+    report = load_report(only(project.path / "out", "*.json"))
+    assert statuses(report["verdicts"]) == {"fake-ok[1]": "pass", "fake-ok[2]": "pass", "fake-fail": "fail"}
+
+
+def test_xdist_mode_that_could_run_probes_concurrently_is_refused(project: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    result = run(project, "-p", "xdist", "-n", "2", "--rocm-matrix", "--rocm-probes-path=fp")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: rocmcheck: probes share one GPU*--dist load cannot promise*loadgroup*"])
+
+
+@pytest.mark.parametrize("args, ini, message", [
+    (["--rocm-device", "gpu7"], "", "--rocm-device must be auto, cpu or cuda:N, not 'gpu7'"),
+    ([], "rocm_isolation = fork", "ini option rocm_isolation must be zygote or spawn, not 'fork'"),
+    (["--rocm-timeout", "0"], "", "--rocm-timeout must be a positive number of seconds, not '0'"),
+    (["--rocm-baseline", "missing.json"], "", "*missing.json: cannot read*"),
+    (["--rocm-inject", "bogus"], "", "unknown fault 'bogus'*"),
+    (["--rocm-probes-path", "nowhere"], "", "probes path '*nowhere' is not a readable directory"),
+], ids=["device", "ini-isolation", "timeout", "baseline", "fault", "probes-path"])
+def test_bad_settings_are_one_line_usage_errors(pytester: pytest.Pytester, args, ini, message) -> None:
+    if ini:
+        pytester.makeini(f"[pytest]\n{ini}\n")
+    result = run(pytester, "--rocm-matrix", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: rocmcheck: {message}"])
+    assert "Traceback" not in result.stderr.str()
