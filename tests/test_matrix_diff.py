@@ -1,0 +1,167 @@
+"""`rocmcheck matrix` and `rocmcheck diff` over saved reports: grouping, classification,
+exit codes, file outputs, and one-line errors for input that is not a usable report."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Dict, Optional
+
+import pytest
+
+from rocmcheck.cli import main
+from rocmcheck.diff import classify, compare
+from rocmcheck.storage import SCHEMA, SCHEMA_VERSION, report_json
+
+GFX1100 = {"device": {"name": "cuda:0", "arch": "gfx1100"}, "host": {"system": "Linux"},
+           "device_facts": {"backend": "rocm", "rocm": "6.4.1", "torch": "2.9.0"}}
+CPU = {"device": {"name": "cpu"}, "host": {"system": "Linux"}, "device_facts": {"backend": "cpu", "torch": "2.13.0"}}
+
+
+def report(statuses: Dict[str, str], fingerprint: Optional[dict] = None, **verdict_extra) -> dict:
+    verdicts = [{"probe": v.split("[")[0], "variant": v, "status": s, "message": f"{s} message",
+                 **verdict_extra.get(v, {})} for v, s in statuses.items()]
+    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run": {"id": "r1"},
+            "fingerprint": fingerprint or CPU, "verdicts": verdicts}
+
+
+def save(path: Path, data: dict) -> str:
+    path.write_text(report_json(data))
+    return str(path)
+
+
+# --- diff --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("base, current, kind", [
+    ("pass", "fail", "regression"), ("warn", "crash", "regression"), ("skip", "hang", "regression"),
+    (None, "error", "regression"),  # a new variant that fails: nothing excuses it
+    ("fail", "pass", "fix"), ("hang", "warn", "fix"),
+    ("fail", "crash", "changed"), ("pass", "warn", "changed"), ("pass", "skip", "changed"), ("crash", "skip", "changed"),
+    ("fail", "fail", "same"), (None, "pass", "new"),
+])
+def test_classify(base, current, kind) -> None:
+    assert classify(base, current) == kind
+
+
+def test_diff_lists_every_kind_and_exits_1_on_a_regression(tmp_path: Path, capsys) -> None:
+    base = save(tmp_path / "base.json", report({"a": "pass", "b": "fail", "c": "pass", "d": "pass", "gone": "pass"}))
+    cur = save(tmp_path / "cur.json", report({"a": "crash", "b": "pass", "c": "warn", "d": "pass", "new": "skip"}))
+    assert main(["diff", base, cur, "--json", str(tmp_path / "diff.json")]) == 1
+    out = capsys.readouterr().out
+    for line in ("REGRESSION  a  *pass  *crash", "FIX  *b  *fail  *pass", "CHANGED  *c  *pass  *warn",
+                 "NEW  *new  *-  *skip", "MISSING  *gone  *pass  *-"):
+        assert any(fnmatch(printed, line + "*") for printed in out.splitlines()), line
+    assert "1 regression, 1 fix, 1 changed, 1 new, 1 missing, 1 unchanged" in out
+    data = json.loads((tmp_path / "diff.json").read_text())
+    assert [c["variant"] for c in data["regression"]] == ["a"] and data["unchanged"] == 1
+
+
+def test_diff_without_regressions_exits_0_and_notes_machines_and_partial_runs(tmp_path: Path, capsys) -> None:
+    base = save(tmp_path / "base.json", report({"a": "fail", "b": "pass"}, GFX1100))
+    partial = report({"a": "pass", "b": "pass"})
+    partial["run"].update(partial=True, interrupted="c")
+    assert main(["diff", base, save(tmp_path / "cur.json", partial)]) == 0
+    out = capsys.readouterr().out
+    assert "different machines" in out and "is partial (interrupted during c)" in out
+    assert "0 regressions, 1 fix" in out
+
+
+def test_diff_reads_a_journal_cut_off_mid_line(tmp_path: Path, capsys) -> None:
+    """A run killed half-way leaves a journal whose last line is torn; diff still works."""
+    header = {"record": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run": {"id": "j"},
+              "fingerprint": CPU}
+    lines = [json.dumps(header), json.dumps({"record": "started", "variant": "a"}),
+             json.dumps({"record": "verdict", "verdict": {"probe": "a", "variant": "a", "status": "hang"}}),
+             json.dumps({"record": "started", "variant": "b"}), '{"record": "verd']
+    (tmp_path / "run.jsonl").write_text("\n".join(lines))
+    base = save(tmp_path / "base.json", report({"a": "pass", "b": "pass"}))
+    assert main(["diff", base, str(tmp_path / "run.jsonl")]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION" in out and "is partial (interrupted during b)" in out and "1 missing" in out
+
+
+def test_compare_takes_the_worst_of_a_repeated_variant() -> None:
+    twice = report({"a": "pass"})
+    twice["verdicts"].append({"probe": "a", "variant": "a", "status": "crash"})
+    assert [c.kind for c in compare(report({"a": "pass"}), twice).changes] == ["regression"]
+
+
+# --- matrix ------------------------------------------------------------------------------------
+
+
+def test_matrix_groups_identical_fingerprints_and_the_worst_status_wins(tmp_path: Path, capsys) -> None:
+    issue = {"id": "gfx-zeros", "title": "silent zeros on copies", "workaround": "update ROCm", "links": ["https://x"]}
+    files = [save(tmp_path / "m1.json", report({"copy[a]": "pass", "copy[b]": "pass"}, GFX1100)),
+             save(tmp_path / "m2.json", report({"copy[a]": "fail", "copy[b]": "pass"}, GFX1100,
+                                              **{"copy[a]": {"known_issues": [issue]}})),
+             save(tmp_path / "m3.json", report({"copy[a]": "pass", "only-cpu": "skip"}))]
+    md, js = tmp_path / "m.md", tmp_path / "m.json"
+    assert main(["matrix", *files, files[0], "--md", str(md), "--json", str(js)]) == 0  # a repeated file counts once
+    out = capsys.readouterr().out
+    header = out.splitlines()[:5]
+    assert header[0].split()[2:] == ["gfx1100", "cpu"] and "(2 reports)" in header[4] and "(1 report)" in header[4]
+    table = out.split("\n\n")[0].splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in table if line.startswith(("copy", "only-"))}
+    assert rows == {"copy[a]": ["FAIL", "1/2*", "PASS"], "copy[b]": ["PASS", "-"], "only-cpu": ["-", "SKIP"]}
+    assert "copy[a] on gfx1100 / rocm 6.4.1 / torch 2.9.0 / Linux:" in out and "workaround: update ROCm" in out
+    data = json.loads(js.read_text())
+    assert [m["reports"] for m in data["machines"]] == [files[:2], files[2:]]
+    assert data["rows"][0]["cells"][0] == {"status": "fail", "counts": {"pass": 1, "fail": 1}, "known_issues": [issue]}
+    text = md.read_text()
+    assert "| `copy[a]` " in text and "gfx1100<br>rocm 6.4.1<br>torch 2.9.0<br>Linux<br>(2 reports)" in text
+    assert "## Known issues (*)" in text
+
+
+def test_matrix_matches_known_issues_from_a_users_data_file(tmp_path: Path, monkeypatch, capsys) -> None:
+    entries = {"issues": [{"id": "mine", "probe": "copy", "status": ["crash"], "arch": ["gfx11*"],
+                           "title": "our driver crash", "workaround": "pin the driver"}]}
+    (tmp_path / "issues.json").write_text(json.dumps(entries))
+    monkeypatch.setenv("ROCMCHECK_KNOWN_ISSUES", str(tmp_path / "issues.json"))
+    files = [save(tmp_path / "gpu.json", report({"copy": "crash"}, GFX1100)),
+             save(tmp_path / "cpu.json", report({"copy": "crash"}))]  # arch does not match: no issue
+    assert main(["matrix", *files]) == 0
+    out = capsys.readouterr().out
+    assert "CRASH*" in out and "copy on gfx1100" in out and "our driver crash" in out and "copy on cpu" not in out
+
+
+# --- bad input: one line, exit 2, and never torch ----------------------------------------------
+
+
+BAD_INPUTS = {
+    "other-major": json.dumps({"schema": SCHEMA, "schema_version": "2.0", "verdicts": []}),
+    "truncated": report_json(report({"a": "pass"}))[:40],
+    "empty": "",
+    "not-json": "hello, world",
+    "foreign-json": json.dumps([1, 2, 3]),
+    "bad-verdict": json.dumps({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "verdicts": [{"status": "meh"}]}),
+}
+
+
+@pytest.mark.parametrize("command", ["diff", "matrix"])
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_bad_input_is_a_one_line_error_with_exit_2(tmp_path: Path, capsys, command, name) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(BAD_INPUTS[name])
+    good = save(tmp_path / "good.json", report({"a": "pass"}))
+    assert main([command, good, str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rocmcheck: error: ") and err.count("\n") == 1 and "bad.json" in err
+
+
+def test_missing_file_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    assert main(["diff", str(tmp_path / "nope.json"), str(tmp_path / "nope.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_matrix_and_diff_never_import_torch(tmp_path: Path) -> None:
+    a = save(tmp_path / "a.json", report({"a": "pass"}))
+    b = save(tmp_path / "b.json", report({"a": "fail"}))
+    code = ("import sys; from rocmcheck.cli import main; "
+            f"codes = main(['matrix', {a!r}, {b!r}]), main(['diff', {a!r}, {b!r}]); "
+            "assert 'torch' not in sys.modules, 'torch imported'; print(codes)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("(0, 1)")
