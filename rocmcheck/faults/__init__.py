@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional
 from ..errors import UsageError
 
 INJECT_ENV = "ROCMCHECK_INJECT"
-_BUILTIN_MODULES = ("process", "data")
+_BUILTIN_MODULES = ("process", "data", "system")
 
 _FAULTS: Dict[str, "Fault"] = {}
 

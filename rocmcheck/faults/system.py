@@ -1,0 +1,233 @@
+"""System faults: hangs and silent corruption in attention, collectives, the allocator and IPC.
+
+Each one patches torch inside the probe's child, the way the reported failure shows
+itself to Python: a backward that never returns under one SDPA backend, an all_reduce
+that never returns or sums wrong, a live buffer that reads back zeros, reserved memory
+that grows every cycle, expandable_segments silently ignored, a tensor shared over IPC
+whose writes never reach the parent. Faults that must act in processes the probe starts
+itself (DDP ranks) are also exported through RANK_FAULTS_ENV; `install_exported()`
+installs them there.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+import weakref
+from typing import Any, Callable, Dict, List, Optional
+
+from . import fault, install, parse
+from .data import patch
+
+SDPA_BACKENDS = ("math", "flash", "efficient", "cudnn")
+_SDPA_FLAGS = {"math": "math_sdp_enabled", "flash": "flash_sdp_enabled", "efficient": "mem_efficient_sdp_enabled",
+               "cudnn": "cudnn_sdp_enabled"}
+RANK_FAULTS_ENV = "ROCMCHECK_RANK_FAULTS"
+EXPANDABLE_WARNING = "expandable_segments not supported on this platform"
+GROWTH_PER_CALL = 138 << 20  # pytorch #123548: ~138 MiB more reserved every cycle
+CORRUPT_AFTER = 8  # large allocations before the oldest live one is zeroed
+LARGE_BYTES = 1 << 20
+
+
+def _block_forever() -> None:
+    """A kernel or collective that never completes: block in a C-level wait."""
+    threading.Event().wait()
+
+
+def _export(name: str, arg: Optional[str]) -> None:
+    """Make processes the probe starts (DDP ranks) install this fault too."""
+    spec = name + (f":{arg}" if arg else "")
+    current = [s for s in os.environ.get(RANK_FAULTS_ENV, "").split(",") if s]
+    os.environ[RANK_FAULTS_ENV] = ",".join([*current, spec])
+
+
+def install_exported(probe_id: str) -> List[str]:
+    """In a rank process: install the faults its parent probe exported."""
+    return install(parse(os.environ.get(RANK_FAULTS_ENV, "")), probe_id)
+
+
+# --- attention ------------------------------------------------------------------------
+
+
+def selected_sdpa_backend() -> Optional[str]:
+    """The one backend `sdpa_kernel` left enabled, or None when several are."""
+    import torch
+
+    enabled = [name for name, flag in _SDPA_FLAGS.items() if getattr(torch.backends.cuda, flag, lambda: False)()]
+    return enabled[0] if len(enabled) == 1 else None
+
+
+def _patch_sdpa(arg: Optional[str], change: Callable[..., Any]) -> None:
+    """Wrap F.scaled_dot_product_attention (MultiheadAttention calls it too) for backend `arg`."""
+    import torch.nn.functional as F
+
+    if arg and arg not in SDPA_BACKENDS:
+        raise ValueError(f"SDPA backend must be one of {', '.join(SDPA_BACKENDS)}, not '{arg}'")
+
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def scaled_dot_product_attention(query, key, value, *args, **kwargs):
+            out = orig(query, key, value, *args, **kwargs)
+            return change(out, value) if arg in (None, selected_sdpa_backend()) else out
+        return scaled_dot_product_attention
+
+    patch(F, "scaled_dot_product_attention", make)
+
+
+@fault("sdpa-backward-hang", "attention backward never returns under one SDPA backend (seeds; pytorch #186174)",
+       args="|".join(SDPA_BACKENDS))
+def _sdpa_backward_hang(arg: Optional[str]) -> None:
+    import torch
+
+    class AttentionBackwardNeverReturns(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, out: Any) -> Any:
+            return out.clone()
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            _block_forever()
+
+    _patch_sdpa(arg, lambda out, value: AttentionBackwardNeverReturns.apply(out))
+
+
+@fault("sdpa-wrong", "one SDPA backend returns shifted outputs when V is not contiguous (ROCm/pytorch #3230)",
+       args="|".join(SDPA_BACKENDS))
+def _sdpa_wrong(arg: Optional[str]) -> None:
+    _patch_sdpa(arg, lambda out, value: out if value.is_contiguous() else out + 0.25)
+
+
+# --- collectives and DataParallel ----------------------------------------------------------
+
+
+@fault("all_reduce-hang", "torch.distributed.all_reduce never returns (RCCL hangs: rccl #1129, rocm-systems #11348)")
+def _all_reduce_hang(arg: Optional[str]) -> None:
+    import torch.distributed as dist
+
+    def all_reduce_never_returns(*args: Any, **kwargs: Any) -> None:
+        _block_forever()
+
+    dist.all_reduce = all_reduce_never_returns
+    _export("all_reduce-hang", arg)
+
+
+@fault("all_reduce-wrong", "torch.distributed.all_reduce returns the sum plus one (silent P2P corruption)")
+def _all_reduce_wrong(arg: Optional[str]) -> None:
+    import torch.distributed as dist
+
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def all_reduce(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            work = orig(tensor, *args, **kwargs)
+            tensor.add_(1)
+            return work
+        return all_reduce
+
+    patch(dist, "all_reduce", make)
+    _export("all_reduce-wrong", arg)
+
+
+@fault("dataparallel-hang", "nn.DataParallel forward never returns (the seeds' DataParallel deadlock)")
+def _dataparallel_hang(arg: Optional[str]) -> None:
+    import torch
+
+    def forward_never_returns(self: Any, *args: Any, **kwargs: Any) -> None:
+        _block_forever()
+
+    torch.nn.DataParallel.forward = forward_never_returns
+
+
+# --- allocator ------------------------------------------------------------------------------
+
+
+@fault("canary-corrupt", "a live buffer reads back zeros after a few large allocations (legacy-rocm-build #6603)")
+def _canary_corrupt(arg: Optional[str]) -> None:
+    import torch
+
+    live: List[Any] = []
+    count = [0]
+
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def empty(*args: Any, **kwargs: Any) -> Any:
+            out = orig(*args, **kwargs)
+            if out.numel() * out.element_size() >= LARGE_BYTES:
+                count[0] += 1
+                live.append(weakref.ref(out))
+                if count[0] == CORRUPT_AFTER:
+                    oldest = next((t for t in (r() for r in live) if t is not None and t is not out), None)
+                    if oldest is not None:
+                        oldest.zero_()
+            return out
+        return empty
+
+    patch(torch, "empty", make)
+
+
+@fault("reserved-growth", "reserved memory grows ~138 MiB per cycle while allocated stays flat (pytorch #123548)")
+def _reserved_growth(arg: Optional[str]) -> None:
+    import torch
+
+    calls = [0]
+
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def memory_reserved(*args: Any, **kwargs: Any) -> int:
+            calls[0] += 1
+            return orig(*args, **kwargs) + calls[0] * GROWTH_PER_CALL
+        return memory_reserved
+
+    patch(torch.cuda, "memory_reserved", make)
+
+
+def ignore_expandable(snapshot: Dict[str, Any]) -> Dict[str, Any]:
+    """What a build without expandable-segment support reports in a memory snapshot."""
+    settings = dict(snapshot.get("allocator_settings") or {}, expandable_segments=False)
+    segments = [dict(s, is_expandable=False) for s in snapshot.get("segments") or []]
+    return dict(snapshot, allocator_settings=settings, segments=segments)
+
+
+@fault("expandable-ignored", "expandable_segments is accepted and silently ignored, with PyTorch's warning "
+                             "(pytorch #134208; ROCm wheels before 2.12)")
+def _expandable_ignored(arg: Optional[str]) -> None:
+    import torch
+
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def _snapshot(*args: Any, **kwargs: Any) -> Dict[str, Any]:
+            warnings.warn(EXPANDABLE_WARNING, UserWarning)
+            return ignore_expandable(orig(*args, **kwargs))
+        return _snapshot
+
+    patch(torch.cuda.memory, "_snapshot", make)
+
+
+# --- workers and IPC ------------------------------------------------------------------------
+
+
+@fault("ipc-corrupt", "a tensor shared with a child process is a private copy: the child's writes never reach "
+                      "the parent (pytorch #143728)")
+def _ipc_corrupt(arg: Optional[str]) -> None:
+    import torch
+    from multiprocessing.reduction import ForkingPickler
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    copies: List[Any] = []  # kept alive until the receiver has mapped them
+
+    def reduce_a_copy(tensor: Any) -> Any:
+        copies.append(tensor.detach().clone())
+        return reduce_tensor(copies[-1])
+
+    ForkingPickler.register(torch.Tensor, reduce_a_copy)
+
+
+@fault("loader-corrupt", "batches from DataLoader worker processes arrive with one element changed")
+def _loader_corrupt(arg: Optional[str]) -> None:
+    import torch
+    from torch.utils.data import DataLoader
+
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def __iter__(self: Any) -> Any:
+            for batch in orig(self):
+                first = batch[0] if isinstance(batch, (list, tuple)) else batch
+                if self.num_workers > 0 and isinstance(first, torch.Tensor) and first.numel():
+                    first.view(-1)[0] += 1
+                yield batch
+        return __iter__
+
+    patch(DataLoader, "__iter__", make)
