@@ -1,0 +1,258 @@
+"""Caching allocator settings: in effect or silently ignored, canary intact, no runaway reserve.
+
+Targets `expandable_segments` accepted and ignored ("expandable_segments not supported
+on this platform": ROCm wheels before 2.12, pytorch #134208), reserved memory growing
+every cycle until OOM (the seeds' OOM after 35-50 batches; pytorch #123548 with
+`expandable_segments:True,max_split_size_mb:128`), and a live buffer reading back
+zeros under that setting (legacy-rocm-build #6603). Facts: failure catalogue §0, §4.
+
+Each setting runs in a fresh interpreter whose environment carries it (the allocator
+reads its variable once, at first use), under a name this torch reads. The
+decisions are pure functions of what the child observed, so the tests drive them with
+the data the faults produce.
+"""
+import os
+import re
+
+import rocmcheck
+
+MiB = 1 << 20
+SETTINGS = {
+    "default": None,  # whatever the user's environment says
+    "expandable": "expandable_segments:True",
+    "expandable-split128": "expandable_segments:True,max_split_size_mb:128",
+    "gc-split128": "garbage_collection_threshold:0.8,max_split_size_mb:128",
+}
+EXPANDABLE_WARNING = "expandable_segments not supported on this platform"  # PyTorch's own text
+# One "training step" per cycle: activations sized by this step's sequence length (fractions of the unit,
+# about 1-300 MiB on a GPU), repeating every PERIOD cycles; a small buffer from each step stays alive.
+STEP_PLAN = ((1.0, 0.33, 0.14), (0.12, 0.05), (0.7, 0.25), (0.43,), (0.9, 0.3, 0.1), (0.2, 0.07),
+             (0.004, 0.6), (0.55, 0.18))
+PERIOD = len(STEP_PLAN)
+KEPT_STEPS = 4
+CYCLES = {"full": 200, "gate": 64}
+CANARY_BYTES, MAX_UNIT_BYTES = 64 * MiB, 300 * MiB
+BIG_COPY_BYTES = 2 << 30  # pytorch #192259: a 2 GiB .to('cuda') hung in hsaKmtMemoryVaMap
+
+LINKS = (
+    "https://github.com/pytorch/pytorch/issues/134208",
+    "https://github.com/pytorch/pytorch/pull/177974",
+    "https://github.com/pytorch/pytorch/issues/123548",
+    "https://github.com/ROCm/legacy-rocm-build/issues/6603",
+    "https://github.com/pytorch/pytorch/issues/183387",
+    "https://github.com/pytorch/pytorch/issues/192259",
+)
+
+
+# --- which variable this torch reads ---------------------------------------------------------
+
+
+def version_tuple(text):
+    return tuple(int(n) for n in re.findall(r"\d+", str(text or "").split("+")[0])[:3])
+
+
+def read_order(torch_version, backend):
+    """Allocator variables in the order this torch consults them; the first one set wins.
+
+    Before 2.8 only PYTORCH_CUDA_ALLOC_CONF (on ROCm then PYTORCH_HIP_ALLOC_CONF); from 2.8
+    PYTORCH_ALLOC_CONF comes first (pytorch PR #167659), except that CUDA builds 2.9-2.10
+    ignored it (pytorch #183387). The in-effect check in the child is the ground truth.
+    """
+    legacy = ["PYTORCH_CUDA_ALLOC_CONF"] + (["PYTORCH_HIP_ALLOC_CONF"] if backend == "rocm" else [])
+    version = version_tuple(torch_version)
+    ignored = backend == "cuda" and (2, 9) <= version < (2, 11)
+    return legacy if version < (2, 8) or ignored else ["PYTORCH_ALLOC_CONF", *legacy]
+
+
+def variable_to_set(torch_version):
+    """The name every build of this version honours: the new one from 2.11, the old one before."""
+    return "PYTORCH_ALLOC_CONF" if version_tuple(torch_version) >= (2, 11) else "PYTORCH_CUDA_ALLOC_CONF"
+
+
+def installed_torch_version():
+    """torch's version without importing it (the runner never imports torch)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def variant_env(params):
+    """The environment of one variant: its setting, under a name this torch reads."""
+    conf = SETTINGS[params["setting"]]
+    return {variable_to_set(installed_torch_version()): conf} if conf else {}
+
+
+def effective_conf(environ, order):
+    """(variable, value) the allocator reads, or (None, '') when none is set."""
+    return next(((name, environ[name]) for name in order if name in environ), (None, ""))
+
+
+def parse_conf(text):
+    """'expandable_segments:True,max_split_size_mb:128' -> {'expandable_segments': 'True', ...}."""
+    options = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        key, _, value = part.partition(":")
+        options[key.strip().lower()] = value.strip()
+    return options
+
+
+# --- decisions (pure) ----------------------------------------------------------------------
+
+
+def ignored_options(requested, snapshot, warning_texts):
+    """Requested options the allocator does not apply, each with the evidence."""
+    settings = snapshot.get("allocator_settings") or {}
+    segments = snapshot.get("segments") or []
+    problems = []
+    if requested.get("expandable_segments", "").lower() == "true":
+        why = []
+        if any(EXPANDABLE_WARNING in text for text in warning_texts):
+            why.append(f"PyTorch warned '{EXPANDABLE_WARNING}'")
+        if settings.get("expandable_segments") is False:
+            why.append("allocator settings say expandable_segments=False")
+        if segments and not any(s.get("is_expandable") for s in segments):
+            why.append(f"none of {len(segments)} segments is expandable")
+        if why:
+            problems.append("expandable_segments:True is silently ignored (" + "; ".join(why) + ")")
+    if "max_split_size_mb" in requested and "max_split_size" in settings:
+        want = int(float(requested["max_split_size_mb"]) * MiB)
+        if int(settings["max_split_size"]) != want:
+            problems.append(f"max_split_size_mb:{requested['max_split_size_mb']} is not in effect "
+                            f"(allocator reports {settings['max_split_size']} bytes)")
+    if "garbage_collection_threshold" in requested and "garbage_collection_threshold" in settings:
+        want = float(requested["garbage_collection_threshold"])
+        if abs(float(settings["garbage_collection_threshold"]) - want) > 1e-6:
+            problems.append(f"garbage_collection_threshold:{want} is not in effect "
+                            f"(allocator reports {settings['garbage_collection_threshold']})")
+    return problems
+
+
+def canary_pattern(count):
+    """int32 words that are never zero, never a float NaN, and differ from their neighbours."""
+    import numpy as np
+
+    return (np.arange(count, dtype=np.int64) % 65521 + 0x3C000001).astype(np.int32)
+
+
+def canary_damage(observed, expected):
+    """None when bit-identical, else how many words differ and the first one."""
+    import numpy as np
+
+    bad = np.flatnonzero(observed != expected)
+    if bad.size == 0:
+        return None
+    first = int(bad[0])
+    zeros = int((observed[bad] == 0).sum())
+    return (f"{bad.size} of {expected.size} words changed ({zeros} now zero); first at word {first}: "
+            f"{int(observed[first]):#010x} != {int(expected[first]):#010x}")
+
+
+def unbounded_growth(slack_mib, period=PERIOD, warmup_periods=2, rising=4, min_growth_mib=64.0):
+    """A message when reserved-minus-allocated keeps rising period after period, else None.
+
+    The step pattern repeats every `period` cycles, so a healthy caching allocator reaches
+    a steady peak after warm-up; a peak that rises in each of the last `rising` periods,
+    by `min_growth_mib` in all, is the leak that ends in OOM after tens of batches.
+    """
+    start = warmup_periods * period
+    peaks = [max(slack_mib[i:i + period]) for i in range(start, len(slack_mib) - period + 1, period)]
+    tail = peaks[-(rising + 1):]
+    if len(tail) < rising + 1:
+        return None
+    if all(b > a + 1.0 for a, b in zip(tail, tail[1:])) and tail[-1] - tail[0] >= min_growth_mib:
+        per_cycle = (tail[-1] - tail[0]) / (rising * period)
+        return (f"reserved-minus-allocated kept growing: peak {tail[0]:.0f} -> {tail[-1]:.0f} MiB over the last "
+                f"{rising * period} cycles (+{per_cycle:.1f} MiB per cycle) while the step pattern repeats")
+    return None
+
+
+# --- the training-like allocation pattern ------------------------------------------------------
+
+
+def run_cycles(device, cycles, unit_bytes, canary_bytes, reserved, allocated):
+    """Allocate, fill and free step-sized buffers around a live canary; check it bitwise every cycle.
+
+    Returns reserved-minus-allocated (MiB) after each cycle. Raises ProbeFailure on canary
+    damage or on running out of memory (with the slack history either way).
+    """
+    import collections
+
+    import torch
+
+    expected = canary_pattern(canary_bytes // 4)
+    canary = torch.empty(expected.size, dtype=torch.int32, device=device)
+    canary.copy_(torch.from_numpy(expected))
+    kept = collections.deque(maxlen=KEPT_STEPS)
+    slack = []
+    for cycle in range(cycles):
+        try:
+            step = [torch.empty(max(int(f * unit_bytes) // 4, 1), dtype=torch.int32, device=device).fill_(cycle)
+                    for f in STEP_PLAN[cycle % PERIOD]]
+            kept.append(torch.empty((2 * MiB + cycle % 3 * MiB) // 4, dtype=torch.int32, device=device).fill_(cycle))
+            del step
+        except torch.OutOfMemoryError as exc:
+            raise rocmcheck.ProbeFailure(f"out of memory at cycle {cycle} with reserved-minus-allocated at "
+                                         f"{slack[-1] if slack else 0:.0f} MiB: {str(exc).splitlines()[0]}",
+                                         slack_mib=slack) from None
+        slack.append(round((reserved() - allocated()) / MiB, 1))
+        damage = canary_damage(canary.to("cpu", copy=True).numpy(), expected)
+        if damage:
+            raise rocmcheck.ProbeFailure(f"canary corrupted at cycle {cycle}: {damage}", slack_mib=slack)
+    return slack
+
+
+def big_copy(ctx):
+    """A 2 GiB host-to-device copy (hung uninterruptibly under expandable segments, pytorch #192259)."""
+    import torch
+
+    print("allocator: 2 GiB host-to-device copy", flush=True)
+    host = torch.full((BIG_COPY_BYTES,), 0x5A, dtype=torch.uint8)
+    sample = host.to(ctx.device)[:: 1 << 20].to("cpu")
+    ctx.synchronize()
+    assert bool((sample == 0x5A).all()), "the 2 GiB copy read back wrong bytes"
+
+
+@rocmcheck.probe(
+    "allocator",
+    title="Allocator setting in effect; canary and reserved memory through a training-like pattern",
+    targets="expandable_segments silently ignored, reserved memory growing until OOM, live buffers corrupted",
+    links=LINKS,
+    timeout=120,
+    gate=lambda params: params["setting"] == "default",
+    requires={"gpu": True},
+    variants={"setting": list(SETTINGS)},
+    fresh_interpreter=True,
+    env=variant_env,
+)
+def allocator(ctx, setting):
+    import warnings
+
+    import torch
+
+    order = read_order(torch.__version__, "rocm" if torch.version.hip else "cuda")
+    variable, conf = effective_conf(os.environ, order)
+    wanted = SETTINGS[setting]
+    if wanted is not None and conf != wanted:
+        ctx.warn(f"{variable}={conf!r} is read before the variant's own setting {wanted!r}")
+    requested = parse_conf(conf if wanted is None else wanted)
+    total = torch.cuda.get_device_properties(ctx.device).total_memory
+    unit = min(MAX_UNIT_BYTES, total // 24)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        slack = run_cycles(ctx.device, CYCLES[ctx.profile], unit, CANARY_BYTES,
+                           lambda: torch.cuda.memory_reserved(ctx.device),
+                           lambda: torch.cuda.memory_allocated(ctx.device))
+        snapshot = torch.cuda.memory._snapshot()
+    settings = snapshot.get("allocator_settings") or {}
+    ctx.measure(variable=variable, conf=conf, slack_mib=slack, unit_mib=unit // MiB,
+                allocator_settings={k: v for k, v in settings.items() if not isinstance(v, dict)},
+                expandable_segments=sum(1 for s in snapshot.get("segments") or [] if s.get("is_expandable")))
+    for problem in ignored_options(requested, snapshot, [str(w.message) for w in caught]):
+        ctx.warn(problem)
+    growth = unbounded_growth(slack)
+    assert growth is None, growth
+    if ctx.full and requested.get("expandable_segments", "").lower() == "true" and total > 4 * BIG_COPY_BYTES:
+        big_copy(ctx)
