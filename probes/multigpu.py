@@ -1,0 +1,430 @@
+"""Multi-GPU: inventory, peer copies, DataParallel, and DDP/FSDP over torch.distributed.
+
+Targets the seeds' DataParallel deadlock, RCCL/NCCL collectives that hang (ROCm/rccl
+#1129 without iommu=pt; ROCm/vllm #390 and rocm-systems #11348 unless
+NCCL_P2P_DISABLE=1), peer copies that silently corrupt data (legacy-rocm-build #6342,
+rocm-systems #5109), mixed-architecture machines, and FSDP failing to initialise.
+Facts: failure catalogue §5.
+
+The distributed checks are an ordinary torch.distributed program: this file is also the
+rank program. Inside rocmcheck the probe starts two ranks on this machine (forked on
+the CPU with gloo, fresh interpreters for GPUs) under its own deadline. On a fleet, run
+the same checks across nodes with torchrun, one process per GPU:
+
+    torchrun --nnodes=$NODES --nproc-per-node=$GPUS_PER_NODE --rdzv-backend=c10d \\
+        --rdzv-endpoint=$HEAD_NODE:29500 \\
+        "$(python -c 'import rocmcheck.registry as r; print(r.builtin_probes_dir())')/multigpu.py" \\
+        --backend nccl --timeout 120
+
+(`--backend gloo` checks the CPU path; add NCCL_P2P_DISABLE=1 to compare.) Each rank
+prints one JSON line with its checks; a rank exits 0 only when all passed, and a rank
+stuck longer than --timeout prints its Python stack and exits 1.
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import rocmcheck
+
+LINKS = (
+    "https://github.com/ROCm/rccl/issues/1129",
+    "https://github.com/ROCm/vllm/issues/390",
+    "https://github.com/ROCm/rocm-systems/issues/11348",
+    "https://github.com/ROCm/legacy-rocm-build/issues/6342",
+    "https://github.com/pytorch/pytorch/issues/109709",
+    "https://github.com/ROCm/rocm-libraries/issues/3413",
+)
+CHECKS = ("all_reduce", "ddp", "fsdp")
+WORLD = 2
+ROWS_PER_RANK, FEATURES, LR = 8, 32, 0.1
+STEP_TOLERANCE = 1e-5  # fp32 step against a float64 step, relative to the largest parameter
+HANG_MARGIN_S = 1.5  # left between a rank's own deadline and the watchdog's
+PEER_SIZES = {"gate": (1 << 20,), "full": (1 << 20, 256 << 20)}
+PEER_REPEATS = {"gate": 3, "full": 10}
+
+
+# --- inventory (pure decision) ---------------------------------------------------------------
+
+
+def inventory_risks(archs, cmdline, backend):
+    """Known risks of this machine's GPU set: mixed architectures, RCCL without iommu=pt."""
+    risks = []
+    distinct = sorted(set(a for a in archs if a))
+    if len(distinct) > 1:
+        risks.append(f"mixed architectures {', '.join(distinct)}: libraries may run another arch's kernels "
+                     f"(rocm-libraries #3413); limit HIP_VISIBLE_DEVICES to one arch")
+    iommu_ok = cmdline is None or any(o in ("iommu=pt", "amd_iommu=off", "iommu=off") for o in cmdline)
+    if backend == "rocm" and len(archs) > 1 and not iommu_ok:
+        risks.append("kernel command line lacks iommu=pt: RCCL collectives may hang (ROCm/rccl #1129)")
+    return risks
+
+
+@rocmcheck.probe(
+    "multigpu-inventory",
+    title="GPU inventory: archs, peer access, IOMMU options",
+    targets="mixed-architecture machines, missing iommu=pt for RCCL, peer access matrix",
+    links=LINKS,
+    timeout=60,
+    requires={"gpu": True},
+)
+def multigpu_inventory(ctx):
+    import torch
+
+    from rocmcheck.fingerprint import bare_arch, kernel_cmdline
+
+    count = torch.cuda.device_count()
+    props = [torch.cuda.get_device_properties(i) for i in range(count)]
+    archs = [bare_arch(getattr(p, "gcnArchName", None)) if torch.version.hip else f"sm_{p.major}{p.minor}"
+             for p in props]
+    peer = [[i == j or torch.cuda.can_device_access_peer(i, j) for j in range(count)] for i in range(count)]
+    cmdline = kernel_cmdline()
+    ctx.measure(devices=[{"index": i, "name": p.name, "arch": a} for i, (p, a) in enumerate(zip(props, archs))],
+                peer_access=peer, kernel_cmdline=cmdline)
+    for risk in inventory_risks(archs, cmdline, "rocm" if torch.version.hip else "cuda"):
+        ctx.warn(risk)
+
+
+# --- peer copies ------------------------------------------------------------------------------
+
+
+def byte_pattern(size, salt):
+    """Bytes 1..251 in a salted sequence: never zero, and a stale or shifted copy cannot match."""
+    import numpy as np
+
+    return ((np.arange(size, dtype=np.int64) * 7 + salt) % 251 + 1).astype(np.uint8)
+
+
+def first_difference(got, want):
+    import numpy as np
+
+    bad = np.flatnonzero(got != want)
+    return None if bad.size == 0 else f"{bad.size} of {want.size} bytes differ (first at {bad[0]}: " \
+                                      f"{got[bad[0]]} != {want[bad[0]]}; zeros {int((got[bad] == 0).sum())})"
+
+
+@rocmcheck.probe(
+    "multigpu-peer-copy",
+    title="Copies between every GPU pair, direct and staged through the host, bitwise",
+    targets="peer-to-peer copies returning zeros or garbage on consumer multi-GPU machines",
+    links=LINKS,
+    timeout=120,
+    requires={"gpus": 2},
+    variants={"path": ["direct", "staged"]},
+)
+def multigpu_peer_copy(ctx, path):
+    import torch
+
+    count = torch.cuda.device_count()
+    problems, copies = [], 0
+    for size in PEER_SIZES[ctx.profile]:
+        for src in range(count):
+            for dst in (d for d in range(count) if d != src):
+                for repeat in range(PEER_REPEATS[ctx.profile] if size <= 1 << 20 else 2):
+                    want = byte_pattern(size, salt=src * 31 + dst * 7 + repeat)
+                    on_src = torch.from_numpy(want).to(f"cuda:{src}", copy=True)
+                    hop = on_src if path == "direct" else on_src.to("cpu", copy=True)
+                    got = hop.to(f"cuda:{dst}", copy=True).to("cpu", copy=True)
+                    torch.cuda.synchronize(dst)
+                    diff = first_difference(got.numpy(), want)
+                    copies += 1
+                    if diff:
+                        problems.append(f"cuda:{src}->cuda:{dst} {size >> 20} MiB: {diff}")
+    ctx.measure(copies=copies, wrong=len(problems))
+    assert not problems, f"{path} peer copies wrong: " + "; ".join(problems[:4])
+
+
+# --- DataParallel -----------------------------------------------------------------------------
+
+
+def small_mlp(torch, features=FEATURES):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(features, 64), torch.nn.Tanh(), torch.nn.Linear(64, 4))
+
+
+def batch(rows, features=FEATURES):
+    """Inputs and targets from numpy, identical in every process."""
+    import numpy as np
+
+    rng = np.random.default_rng(11)
+    return rng.standard_normal((rows, features)), rng.standard_normal((rows, 4))
+
+
+def relative_gap(got, want):
+    import numpy as np
+
+    return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-12))
+
+
+@rocmcheck.probe(
+    "multigpu-dataparallel",
+    title="nn.DataParallel forward and backward against a float64 CPU reference",
+    targets="nn.DataParallel deadlocking or computing wrong outputs/gradients across GPUs",
+    links=LINKS,
+    timeout=120,
+    requires={"gpus": 2},
+)
+def multigpu_dataparallel(ctx):
+    import copy
+
+    import torch
+
+    x_np, _ = batch(64)
+    model = small_mlp(torch)
+    ref = copy.deepcopy(model).double()
+    ref_out = ref(torch.from_numpy(x_np))
+    ref_grads = torch.autograd.grad(ref_out.square().mean(), list(ref.parameters()))
+    parallel = torch.nn.DataParallel(model.to(ctx.device), device_ids=list(range(torch.cuda.device_count())))
+    x = torch.from_numpy(x_np).float().to(ctx.device)
+    print("dataparallel: forward", flush=True)
+    out = parallel(x)
+    print("dataparallel: backward", flush=True)
+    out.square().mean().backward()
+    ctx.synchronize()
+    gaps = {"out": relative_gap(out.detach().double().cpu().numpy(), ref_out.detach().numpy())}
+    for (name, p), g in zip(model.named_parameters(), ref_grads):
+        gaps[name] = relative_gap(p.grad.double().cpu().numpy(), g.numpy())
+    ctx.measure(gaps=gaps)
+    bad = {k: v for k, v in gaps.items() if not v <= 1e-4}
+    assert not bad, "DataParallel differs from one device: " + ", ".join(f"{k} {v:.3g}" for k, v in bad.items())
+
+
+# --- the rank program (torch.distributed) -------------------------------------------------------
+
+
+def reference_step(torch, model, x, y):
+    """One SGD step on the whole batch in one process, float64 on the CPU: what every rank must reach."""
+    import copy
+
+    ref = copy.deepcopy(model).to("cpu", torch.float64)
+    params = list(ref.parameters())
+    loss = torch.nn.functional.mse_loss(ref(torch.from_numpy(x)), torch.from_numpy(y))
+    return [(p - LR * g).detach().numpy() for p, g in zip(params, torch.autograd.grad(loss, params))]
+
+
+def step_gap(torch, params, reference):
+    import numpy as np
+
+    got = [(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().to("cpu", torch.float64).numpy()
+           for p in params]
+    scale = max(float(np.abs(r).max()) for r in reference)
+    return max(float(np.abs(g - r).max()) for g, r in zip(got, reference)) / scale
+
+
+def check_all_reduce(torch, dist, device, rank, world):
+    """Each rank contributes (rank + 1) * pattern; everyone must get the exact sum."""
+    import numpy as np
+
+    pattern = np.arange(4099, dtype=np.int64) % 1000 + 1
+    tensor = torch.from_numpy(pattern * (rank + 1)).to(device=device, dtype=torch.float32, copy=True)
+    dist.all_reduce(tensor)
+    want = pattern * (world * (world + 1) // 2)
+    got = tensor.to("cpu", torch.float64).numpy()
+    bad = np.flatnonzero(got != want)
+    message = f"{bad.size} of {want.size} sums wrong (first {got[bad[0]]:g} != {want[bad[0]]})" if bad.size else "ok"
+    return {"ok": not bad.size, "message": message}
+
+
+def check_ddp(torch, dist, device, rank, world):
+    """A DDP step on this rank's slice must equal one process stepping on the whole batch."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    x, y = batch(ROWS_PER_RANK * world)
+    model = small_mlp(torch)
+    reference = reference_step(torch, model, x, y)
+    ddp = DistributedDataParallel(model.to(device), device_ids=[device.index] if device.type == "cuda" else None)
+    mine = slice(rank * ROWS_PER_RANK, (rank + 1) * ROWS_PER_RANK)
+    xs, ys = (torch.from_numpy(a[mine]).float().to(device) for a in (x, y))
+    torch.nn.functional.mse_loss(ddp(xs), ys).backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= LR * p.grad
+    gap = step_gap(torch, list(model.parameters()), reference)
+    return {"ok": gap <= STEP_TOLERANCE, "message": f"step differs from one process by {gap:.3g}", "gap": gap}
+
+
+def check_fsdp(torch, dist, device, rank, world):
+    """FSDP (fully_shard) initialises, trains one step, and matches one process."""
+    from torch.distributed.fsdp import fully_shard
+
+    x, y = batch(ROWS_PER_RANK * world)
+    model = small_mlp(torch)
+    reference = reference_step(torch, model, x, y)
+    model = model.to(device)
+    for layer in (model[0], model[2]):
+        fully_shard(layer)
+    fully_shard(model)
+    mine = slice(rank * ROWS_PER_RANK, (rank + 1) * ROWS_PER_RANK)
+    xs, ys = (torch.from_numpy(a[mine]).float().to(device) for a in (x, y))
+    torch.nn.functional.mse_loss(model(xs), ys).backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.sub_(LR * p.grad)
+    gap = step_gap(torch, list(model.parameters()), reference)
+    return {"ok": gap <= STEP_TOLERANCE, "message": f"step differs from one process by {gap:.3g}", "gap": gap}
+
+
+RANK_CHECKS = {"all_reduce": check_all_reduce, "ddp": check_ddp, "fsdp": check_fsdp}
+
+
+def rank_main(argv, stack_file=None):
+    """One rank: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT from the environment (torchrun's)."""
+    import faulthandler
+    from datetime import timedelta
+
+    parser = argparse.ArgumentParser(prog="multigpu.py", description="rocmcheck distributed checks (one rank)")
+    parser.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])
+    parser.add_argument("--checks", default=",".join(CHECKS), help="comma-separated subset of " + ",".join(CHECKS))
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a stuck rank gives up")
+    parser.add_argument("--result", help="write the JSON result here instead of stdout")
+    parser.add_argument("--stack", help="where a stuck rank writes its stack (default stderr)")
+    args = parser.parse_args(argv)
+    stack = open(args.stack, "w") if args.stack else sys.stderr
+    faulthandler.dump_traceback_later(args.timeout, exit=True, file=stack)  # a hung rank reports itself
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    device = torch.device("cuda", local) if args.backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(args.backend, rank=rank, world_size=world, timeout=timedelta(seconds=args.timeout))
+    results = {}
+    for name in args.checks.split(","):
+        print(f"rank {rank}: {name}", flush=True)
+        results[name] = RANK_CHECKS[name](torch, dist, device, rank, world)
+    dist.destroy_process_group()
+    faulthandler.cancel_dump_traceback_later()
+    line = json.dumps({"rank": rank, "world": world, "backend": args.backend, "checks": results})
+    if args.result:
+        with open(args.result, "w") as fh:
+            fh.write(line)
+    else:
+        print(line, flush=True)
+    return 0 if all(r["ok"] for r in results.values()) else 1
+
+
+# --- launching ranks from the probe --------------------------------------------------------------
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _forked_rank(env, argv):
+    os.environ.update(env)
+    sys.exit(rank_main(argv))
+
+
+def start_ranks(backend, workdir, timeout):
+    """WORLD ranks on this machine: forked when torch never touched a GPU here, else fresh interpreters."""
+    import multiprocessing
+
+    import torch
+
+    port = free_port()
+    fork = backend == "gloo" and hasattr(os, "fork") and not torch.cuda.is_initialized()
+    ranks = []
+    for rank in range(WORLD):
+        env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD), "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port)}
+        argv = ["--backend", backend, "--timeout", f"{timeout:.1f}", "--result", os.path.join(workdir, f"{rank}.json"),
+                "--stack", os.path.join(workdir, f"{rank}.stack")]
+        if fork:
+            process = multiprocessing.get_context("fork").Process(target=_forked_rank, args=(env, argv))
+            process.start()
+        else:
+            process = subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv], env={**os.environ, **env})
+        ranks.append(process)
+    return ranks
+
+
+def exit_code(process):
+    return process.exitcode if hasattr(process, "exitcode") else process.poll()
+
+
+def wait_ranks(ranks, timeout):
+    """Exit codes once every rank ended; a rank still alive after `timeout` is killed (None)."""
+    deadline = time.monotonic() + timeout
+    while any(exit_code(p) is None for p in ranks) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for process in ranks:
+        if exit_code(process) is None:
+            process.kill()
+    return [exit_code(p) for p in ranks]
+
+
+def report_hang_to_watchdog(stacks):
+    """A collective hung: print the ranks' stacks, then wait for rocmcheck's watchdog.
+
+    The engine's only `hang` is its own timeout, so the probe lets it fire; the verdict's
+    output then carries each stuck rank's stack (the collective it is blocked in).
+    """
+    for rank, text in stacks.items():
+        print(f"rank {rank} did not finish; its stack:\n{text}", flush=True)
+    threading.Event().wait()
+
+
+def run_distributed(ctx, backend):
+    import tempfile
+
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="rocmcheck-ranks-") as workdir:
+        rank_timeout = max(ctx.timeout - HANG_MARGIN_S - (time.monotonic() - start), 1.0)
+        ranks = start_ranks(backend, workdir, rank_timeout)
+        codes = wait_ranks(ranks, rank_timeout + HANG_MARGIN_S / 2)
+        results, stacks = {}, {}
+        for rank in range(WORLD):
+            for suffix, store in ((".json", results), (".stack", stacks)):
+                path = os.path.join(workdir, f"{rank}{suffix}")
+                if os.path.exists(path) and os.path.getsize(path):
+                    with open(path) as fh:
+                        store[rank] = fh.read()
+    if stacks or None in codes:
+        report_hang_to_watchdog(stacks or {r: "(killed: no stack)" for r, c in enumerate(codes) if c is None})
+    missing = [f"rank {r} exited with {codes[r]} without a result" for r in range(WORLD) if r not in results]
+    if missing:
+        raise RuntimeError("; ".join(missing))
+    checks = {r: json.loads(text)["checks"] for r, text in results.items()}
+    ctx.measure(ranks=checks)
+    problems = [f"rank {r} {name}: {c['message']}" for r, rc in checks.items() for name, c in rc.items() if not c["ok"]]
+    assert not problems, "; ".join(problems)
+
+
+@rocmcheck.probe(
+    "multigpu-gloo",
+    title="torch.distributed on the CPU (gloo, 2 ranks): all_reduce, DDP step, FSDP init",
+    targets="collectives that hang or sum wrong; DDP/FSDP steps differing from one process",
+    links=LINKS,
+    timeout=120,
+)
+def multigpu_gloo(ctx):
+    run_distributed(ctx, "gloo")
+
+
+@rocmcheck.probe(
+    "multigpu-nccl",
+    title="torch.distributed on 2 GPUs (NCCL/RCCL): all_reduce, DDP step, FSDP init, with and without P2P",
+    targets="RCCL/NCCL collectives hanging (P2P, IOMMU) or summing wrong; DDP/FSDP failing on GPUs",
+    links=LINKS,
+    timeout=180,
+    requires={"gpus": 2},
+    variants={"p2p": ["default", "disabled"]},
+    env=lambda params: {"NCCL_P2P_DISABLE": "1"} if params["p2p"] == "disabled" else {},
+)
+def multigpu_nccl(ctx, p2p):
+    run_distributed(ctx, "nccl")
+
+
+if __name__ == "__main__":
+    from rocmcheck.faults.system import install_exported
+
+    install_exported("multigpu-*")  # faults a probe injected reach ranks in fresh interpreters too
+    sys.exit(rank_main(sys.argv[1:]))
