@@ -1,0 +1,405 @@
+"""`rocmcheck report`: the bug-report attachment an upstream maintainer needs, and nothing a
+user would regret pasting in public.
+
+Writes a Markdown file that fits a GitHub issue body (trimmed by priority, saying what
+was cut), its JSON twin with everything, and a standalone reproducer per failing probe
+variant. Every string goes through `redact.Redactor` first, and the final Markdown and
+scripts once more, so no renderer can reintroduce a secret.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional
+
+from . import __version__, known_issues, registry, repro
+from .errors import UsageError
+from .fingerprint import summary
+from .jsonsafe import jsonsafe
+from .model import BAD_STATUSES, Status, Verdict
+from .redact import Redactor
+from .render import STATUS_ORDER, counts_line, markdown_matrix, short
+from .storage import load_report, report_json, write_atomic
+
+GITHUB_BODY_LIMIT = 65536
+BAD = {s.value for s in BAD_STATUSES}
+EVIDENCE_KEYS = ("stack", "traceback", "output_tail")
+
+
+@dataclass
+class BugReport:
+    markdown: str
+    data: Dict[str, Any]  # the JSON twin: the redacted run plus a "bug_report" section
+    reproducers: List[repro.Reproducer]
+
+
+@dataclass(frozen=True)
+class Trim:
+    """How much of the report the Markdown shows; each step of TRIM_STEPS shows less."""
+
+    evidence_chars: int = 4000
+    full_matrix: bool = True
+    code_per_module: Optional[int] = None  # reproducer scripts shown per probe module; None: all
+    doctor: bool = True
+    max_verdicts: Optional[int] = None
+
+
+TRIM_STEPS = (
+    ("evidence tails beyond 1,500 characters", {"evidence_chars": 1500}),
+    ("passing and skipped rows of the matrix", {"full_matrix": False}),
+    ("reproducer code beyond one variant per probe module", {"code_per_module": 1}),
+    ("reproducer code (the .py files beside this report have it)", {"code_per_module": 0}),
+    ("doctor details", {"doctor": False}),
+    ("evidence tails beyond 300 characters", {"evidence_chars": 300}),
+    ("failing verdicts beyond the first 20", {"max_verdicts": 20}),
+)
+
+
+# --- building -----------------------------------------------------------------------------
+
+
+def valid_verdicts(report: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """The verdicts a report can be built from; a damaged one is left out (and counted)."""
+    statuses = {s.value for s in Status}
+    return [v for v in report.get("verdicts") or [] if isinstance(v, dict) and v.get("status") in statuses
+            and isinstance(v.get("variant"), str) and isinstance(v.get("probe", ""), str)]
+
+
+def _with_known_issues(verdict: Dict[str, Any], fingerprint: Dict[str, Any]) -> Dict[str, Any]:
+    """Issues recorded with the verdict plus any the current known-issue data adds."""
+    if verdict["status"] in ("pass", "skip"):
+        return verdict
+    current = Verdict(verdict.get("probe") or verdict["variant"].split("[")[0], verdict["variant"],
+                      Status(verdict["status"]), message=str(verdict.get("message", "")),
+                      evidence=verdict.get("evidence") if isinstance(verdict.get("evidence"), dict) else {})
+    recorded = [i for i in verdict.get("known_issues") or [] if isinstance(i, dict)]
+    merged = {str(i.get("id")): i for i in [*recorded, *known_issues.match(current, fingerprint)]}
+    return {**verdict, "known_issues": list(merged.values())}
+
+
+def _reproducers(report: Dict[str, Any], redactor: Redactor, stem: str, probes_paths: Iterable[str]) -> tuple:
+    """(reproducers, {variant: why none}) for every failing verdict of `report` (already redacted)."""
+    made: List[repro.Reproducer] = []
+    missing: Dict[str, str] = {}
+    machine = summary(report["fingerprint"])
+    registry.load_all(probes_paths)
+    for verdict in report["verdicts"]:
+        if verdict["status"] not in BAD:
+            continue
+        spec = registry.get(verdict.get("probe") or "")
+        if spec is None:
+            missing[verdict["variant"]] = f"probe '{verdict.get('probe')}' is not known here (see --probes-path)"
+            continue
+        try:
+            built = repro.build(spec, verdict, report, machine)
+        except repro.ReproError as exc:
+            missing[verdict["variant"]] = str(exc)
+            continue
+        name = f"{stem}-{built.filename}"
+        while name in {r.filename for r in made}:
+            name = name[:-3] + "-1.py"
+        made.append(replace(built, filename=name, script=redactor.text(built.script)))
+    return made, missing
+
+
+def build(report: Mapping[str, Any], anonymize: bool = False, stem: str = "rocmcheck-report",
+          source: str = "", probes_paths: Iterable[str] = ()) -> BugReport:
+    """The redacted Markdown, JSON twin and reproducers for a loaded or fresh report;
+    reproducers need the probes' sources (built-in, or from `probes_paths`)."""
+    report = jsonsafe(dict(report))  # also bounds the nesting depth of a foreign report
+    verdicts = valid_verdicts(report)
+    dropped = len(report.get("verdicts") or []) - len(verdicts)
+    fingerprint = _mapping(report.get("fingerprint"))
+    run = {**_mapping(report.get("run")), "counts": dict(Counter(v["status"] for v in verdicts))}
+    report = {**report, "run": run, "fingerprint": fingerprint,
+              "verdicts": [_with_known_issues(v, fingerprint) for v in verdicts]}
+    redactor = Redactor(anonymize)
+    clean = redactor.data(report)
+    scripts, no_repro = _reproducers(clean, redactor, stem, probes_paths)
+    notes = [f"{dropped} malformed verdict record(s) in the source were left out."] if dropped else []
+    context = {"redaction": redactor.summary(), "twin": f"{stem}.json", "source": redactor.text(source),
+               "notes": notes}
+    markdown, cuts = _fit(clean, scripts, no_repro, context)
+    twin = {**clean, "bug_report": {
+        "generated": time.time(), "generator": f"rocmcheck {__version__}", "source": context["source"],
+        "redactions": redactor.counts(), "redaction_summary": context["redaction"],
+        "environment_variables_left_out": len(redactor.omitted_env),
+        "anonymized": anonymize, "markdown_cut": cuts, "notes": notes,
+        "reproducers": [{"variant": r.variant, "file": r.filename, "script": r.script} for r in scripts],
+        "no_reproducer": no_repro}}
+    return BugReport(redactor.text(markdown), twin, scripts)
+
+
+def write(bug: BugReport, md_path: Path) -> List[Path]:
+    """Write the Markdown, its JSON twin and the reproducers beside it."""
+    json_path = md_path.with_suffix(".json")
+    files = [(md_path, bug.markdown), (json_path, report_json(bug.data))]
+    files += [(md_path.parent / r.filename, r.script) for r in bug.reproducers]
+    for path, text in files:
+        try:
+            write_atomic(path, text)
+        except OSError as exc:
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return [path for path, _ in files]
+
+
+# --- Markdown -----------------------------------------------------------------------------
+
+
+def _fit(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: Dict[str, str],
+         context: Dict[str, Any]) -> tuple:
+    """The Markdown within GITHUB_BODY_LIMIT, cutting by priority; returns (text, cuts)."""
+    trim, cuts = Trim(), []
+    text = markdown(report, scripts, no_repro, context, trim, cuts)
+    for note, change in TRIM_STEPS:
+        if len(text) <= GITHUB_BODY_LIMIT:
+            return text, cuts
+        trim, cuts = replace(trim, **change), [*cuts, note]
+        text = markdown(report, scripts, no_repro, context, trim, cuts)
+    if len(text) > GITHUB_BODY_LIMIT:
+        cuts.append("everything past the GitHub issue limit")
+        tail = f"\n\n**[cut at {GITHUB_BODY_LIMIT:,} characters: see the JSON twin `{context['twin']}`]**\n"
+        text = text[:GITHUB_BODY_LIMIT - len(tail)] + tail
+    return text, cuts
+
+
+def markdown(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: Dict[str, str],
+             context: Dict[str, Any], trim: Trim = Trim(), cuts: Iterable[str] = ()) -> str:
+    fp = report["fingerprint"]
+    bad = sorted((v for v in report["verdicts"] if v["status"] in BAD), key=lambda v: STATUS_ORDER.index(v["status"]))
+    out = [f"# rocmcheck report: {summary(fp)}", "", _summary_paragraph(report, bad, context), "",
+           f"> {context['redaction']}"]
+    cuts = list(cuts)
+    if cuts:
+        out.append(f"> Trimmed to fit a GitHub issue ({GITHUB_BODY_LIMIT:,} characters): left out "
+                   f"{'; '.join(cuts)}. The JSON twin `{context['twin']}` has everything.")
+    out += ["", "## Environment", "", _fingerprint_table(report), ""]
+    by_variant = {r.variant: r for r in scripts}
+    shown = bad if trim.max_verdicts is None else bad[:trim.max_verdicts]
+    code_shown: Counter = Counter()
+    for v in shown:
+        script = by_variant.get(v["variant"])
+        show_code = script is not None and (trim.code_per_module is None
+                                            or code_shown[script.module] < trim.code_per_module)
+        code_shown[script.module if script else ""] += show_code
+        out += _verdict_section(v, script, show_code, no_repro.get(v["variant"]), trim.evidence_chars)
+    if len(shown) < len(bad):
+        out += ["", "Also not passing: " + ", ".join(f"`{v['variant']}` ({v['status']})" for v in bad[len(shown):])]
+    warns = [v for v in report["verdicts"] if v["status"] == "warn"]
+    if warns:
+        out += ["", "## Warnings", ""] + [f"- `{v['variant']}`: {short(v.get('message', ''), 300)}" for v in warns]
+    out += _known_issues_section(bad + warns)
+    out += _matrix_section(report["verdicts"], trim.full_matrix)
+    if "doctor" in report:
+        out += ["", "## Doctor", ""]
+        out += _generic(report["doctor"]) if trim.doctor else ["(cut: see the JSON twin)"]
+    return "\n".join(out) + "\n"
+
+
+def _matrix_section(verdicts: List[Dict[str, Any]], full: bool) -> List[str]:
+    rows = verdicts if full else [v for v in verdicts if v["status"] not in ("pass", "skip")]
+    cut = "" if full else f", {len(verdicts) - len(rows)} passing or skipped rows cut"
+    return ["", f"<details><summary>Full matrix ({len(verdicts)} variants{cut})</summary>", "",
+            markdown_matrix(rows) if rows else "(no verdicts)", "", "</details>"]
+
+
+def _summary_paragraph(report: Dict[str, Any], bad: List[Dict[str, Any]], context: Dict[str, Any]) -> str:
+    run = report.get("run") or {}
+    when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(run["started"])) + " UTC" \
+        if isinstance(run.get("started"), (int, float)) else "an unknown time"
+    text = (f"rocmcheck {(report.get('tool') or {}).get('version', '?')} ran {len(report['verdicts'])} probe "
+            f"variant(s) on **{summary(report['fingerprint'])}** (device `{run.get('device', '?')}`, profile "
+            f"{run.get('profile', '?')}, isolation {run.get('isolation', '?')}, run `{run.get('id', '?')}`, {when}): "
+            f"{counts_line(report)}.")
+    if bad:
+        listed = ", ".join(f"`{v['variant']}` ({v['status']})" for v in bad[:5])
+        text += f" Not passing: {listed}{' and more' if len(bad) > 5 else ''}."
+        matched = {i.get("id") for v in bad for i in v.get("known_issues") or []}
+        text += f" {len(matched)} known issue(s) match." if matched else " No known issue matches."
+    else:
+        text += " Every variant passed or was skipped."
+    if run.get("inject"):
+        text += f" Faults were injected (`{run['inject']}`): a self-test, not a real GPU fault."
+    if context["source"]:
+        text += f" Built from `{context['source']}`."
+    return " ".join([text, *context["notes"]])
+
+
+def _fingerprint_table(report: Dict[str, Any]) -> str:
+    from tabulate import tabulate
+
+    fp = report["fingerprint"]
+    host, dev = _mapping(fp.get("host")), _mapping(fp.get("device_facts"))
+    gpus = "; ".join(f"{g.get('index')}: {g.get('name')} ({g.get('arch')}, "
+                     f"{_gib(g.get('memory_bytes'))})" for g in dev.get("devices") or [] if isinstance(g, dict))
+    rows = [
+        ("rocmcheck", (report.get("tool") or {}).get("version")),
+        ("torch", dev.get("torch")),
+        ("backend", " ".join(f"{k} {dev[k]}" for k in ("rocm", "hip", "cuda") if dev.get(k)) or dev.get("backend")),
+        ("GPUs", gpus or f"none visible ({dev.get('torch_error') or 'CPU run'})"),
+        ("device under test", (report.get("run") or {}).get("device")),
+        ("wheel arch list", " ".join(map(str, dev.get("arch_list") or [])) or None),
+        ("driver / runtime", ", ".join(f"{k} {dev[k]}" for k in ("nvidia_driver", "hip_runtime", "miopen_runtime")
+                                       if dev.get(k)) or None),
+        ("OS", dev.get("os_collect_env") or host.get("os")),
+        ("kernel", f"{host.get('kernel')}{' (WSL)' if host.get('wsl') else ''}" if host.get("kernel") else None),
+        ("Python", host.get("python")),
+        ("GPU kernel options", " ".join(map(str, host.get("kernel_cmdline") or [])) or None),
+        ("GPU environment", ", ".join(f"`{k}={v}`" for k, v in _mapping(host.get("env")).items()) or None),
+        ("packages", ", ".join(f"{k} {v}" for k, v in _mapping(host.get("packages")).items()) or None),
+    ]
+    return tabulate([[k, _cell(v)] for k, v in rows if v not in (None, "")], headers=["fact", "value"],
+                    tablefmt="github")
+
+
+def _verdict_section(v: Dict[str, Any], script: Optional[repro.Reproducer], show_code: bool,
+                     why_none: Optional[str], evidence_chars: int) -> List[str]:
+    ev = _mapping(v.get("evidence"))
+    out = ["", f"## {v['status'].upper()} `{v['variant']}`", "", short(v.get("message", ""), 1000), ""]
+    exited = None if ev.get("signal") or ev.get("returncode") == 0 else ev.get("exit")
+    facts = [("exit", exited), ("signal", ev.get("signal")),
+             ("signatures", ", ".join(map(str, ev.get("signatures") or [])) or None),
+             ("faults injected", ", ".join(map(str, ev.get("faults_injected") or [])) or None),
+             ("parameters", _pairs(v.get("params"))), ("variant environment", _pairs(v.get("env"))),
+             ("measurements", _pairs(v.get("measurements"))), ("duration", f"{v.get('duration_s', 0)} s")]
+    out += [f"- {k}: {short(_cell(val), 400)}" for k, val in facts if val]
+    out += [f"- known issue: {issue.get('title', issue.get('id'))} (`{issue.get('id')}`)"
+            for issue in v.get("known_issues") or []]
+    for key in EVIDENCE_KEYS:
+        if ev.get(key):
+            out += _details(key.replace("_", " "), _tail(str(ev[key]), evidence_chars))
+    if script and show_code:
+        out += _details(f"standalone reproducer <code>{script.filename}</code>", script.script, "python")
+    elif script:
+        out += ["", f"Standalone reproducer: `{script.filename}` (beside this report)."]
+    elif why_none:
+        out += ["", f"No standalone reproducer: {why_none}."]
+    return out
+
+
+def _known_issues_section(verdicts: List[Dict[str, Any]]) -> List[str]:
+    issues: Dict[str, Dict[str, Any]] = {}
+    for v in verdicts:
+        for issue in v.get("known_issues") or []:
+            entry = issues.setdefault(str(issue.get("id")), {**issue, "variants": []})
+            entry["variants"].append(v["variant"])
+    if not issues:
+        return []
+    out = ["", "## Known issues", ""]
+    for iid, issue in issues.items():
+        out.append(f"- **{issue.get('title', iid)}** (`{iid}`), matched by "
+                   + ", ".join(f"`{name}`" for name in issue["variants"]))
+        if issue.get("workaround"):
+            out.append(f"  - workaround: {issue['workaround']}")
+        out += [f"  - {link}" for link in issue.get("links") or []]
+    return out
+
+
+def _generic(value: Any, depth: int = 0) -> List[str]:
+    """Any JSON value as nested Markdown bullets (the doctor section's shape is its own)."""
+    pad = "  " * depth
+    if isinstance(value, dict):
+        lines = []
+        for key, item in value.items():
+            if isinstance(item, (dict, list)) and item and depth < 6:
+                lines += [f"{pad}- **{_cell(key)}**:", *_generic(item, depth + 1)]
+            else:
+                lines.append(f"{pad}- **{_cell(key)}**: {short(_cell(item), 500)}")
+        return lines
+    if isinstance(value, list) and depth < 6:
+        return [line for item in value for line in
+                (_generic(item, depth) if isinstance(item, dict) else [f"{pad}- {short(_cell(item), 500)}"])]
+    return [f"{pad}- {short(_cell(value), 500)}"]
+
+
+def _details(summary_html: str, body: str, lang: str = "") -> List[str]:
+    fence = "`" * max(3, max((len(run) for run in re.findall(r"`+", body)), default=0) + 1)
+    return ["", f"<details><summary>{summary_html}</summary>", "", f"{fence}{lang}", body.rstrip(), fence, "",
+            "</details>"]
+
+
+def _tail(text: str, limit: int) -> str:
+    """The last `limit` characters, starting at a line boundary, the cut marked."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    kept = text[-limit:]
+    kept = kept[kept.find("\n") + 1:] if "\n" in kept else kept
+    return f"[... {len(text) - len(kept):,} characters cut; the JSON twin has them ...]\n{kept}"
+
+
+def _mapping(value: Any) -> Dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _pairs(value: Any) -> Optional[str]:
+    return ", ".join(f"{k}={_cell(v)}" for k, v in value.items()) if isinstance(value, dict) and value else None
+
+
+def _cell(value: Any) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _gib(value: Any) -> str:
+    return f"{value / 2**30:.1f} GiB" if isinstance(value, (int, float)) else "? GiB"
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def register(sub: Any) -> None:
+    from .cli import _add_run_options
+
+    p = sub.add_parser("report", help="the bug-report attachment: Markdown + JSON twin, redacted, with reproducers",
+                       description="Run the probes (or use --from RUN.json) and write a Markdown bug report that "
+                                   "fits a GitHub issue, its JSON twin and a standalone reproducer per failing "
+                                   "variant. Secrets are redacted. Exit 0 when the files are written.")
+    _add_run_options(p)
+    p.add_argument("--gate-only", action="store_true", help="only variants in the gate (gate profile)")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
+                   help="the Markdown file (default: OUT_DIR/rocmcheck-report-RUNID.md); the JSON twin "
+                        "(.json) and reproducers (FILE-repro-*.py) go beside it")
+    p.add_argument("--from", dest="from_path", type=Path, default=None, metavar="RUN.json",
+                   help="build the report from an existing run (report .json or .jsonl journal)")
+    p.add_argument("--anonymize", action="store_true",
+                   help="also replace the home directory, user name, host name and IP addresses")
+    p.set_defaults(func=cmd_report)
+
+
+def _run_or_load(args: argparse.Namespace) -> Dict[str, Any]:
+    from .cli import _execute, _options
+    from .selection import select
+
+    if args.from_path is not None:
+        if args.probe or args.keyword or args.gate_only:
+            raise UsageError("--from builds the report from an existing run: drop --probe, -k and --gate-only")
+        return load_report(args.from_path)
+    variants = select(registry.load_all(args.probes_path), args.probe, args.keyword, gate_only=args.gate_only)
+    return _execute(_options(args, "gate" if args.gate_only else "full", "report"), variants)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .cli import EXIT_INTERRUPTED, EXIT_OK
+
+    if args.output is not None and args.output.suffix == ".json":
+        raise UsageError("-o names the Markdown file; its JSON twin is written beside it")
+    report = _run_or_load(args)
+    run_id = re.sub(r"[^A-Za-z0-9_.-]+", "-", str((report.get("run") or {}).get("id") or "unknown"))
+    md_path = args.output or args.out_dir / f"rocmcheck-report-{run_id}.md"
+    bug = build(report, anonymize=args.anonymize, stem=md_path.stem,
+                source=str(args.from_path) if args.from_path else "", probes_paths=args.probes_path)
+    paths = write(bug, md_path)
+    extra = f" and {len(bug.reproducers)} reproducer(s)" if bug.reproducers else ""
+    print(f"wrote {paths[0]} ({len(bug.markdown):,} characters), {paths[1]}{extra}")
+    for path in paths[2:]:
+        print(f"  {path}")
+    info = bug.data["bug_report"]
+    print(info["redaction_summary"])
+    if info["markdown_cut"]:
+        print(f"trimmed to fit a GitHub issue: {'; '.join(info['markdown_cut'])}")
+    partial = bool((report.get("run") or {}).get("partial"))
+    return EXIT_INTERRUPTED if partial and args.from_path is None else EXIT_OK

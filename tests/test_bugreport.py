@@ -1,0 +1,187 @@
+"""`rocmcheck report`: the redacted bug-report attachment (Markdown + JSON twin + reproducers)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from rocmcheck import bugreport
+from rocmcheck.cli import main
+from rocmcheck.storage import SCHEMA, load_report
+
+GHP = "ghp_" + "Zx81Kq" * 6
+HF = "hf_" + "abcdefghij" * 3 + "WXYZ"
+HF_ARGV = "hf_" + "QRSTUVWXYZ" * 3 + "abcd"
+WANDB = "0123456789abcdef0123456789abcdef01234567"
+DB_PASSWORD = "pw0rd-in-argv"
+URL_PASSWORD = "hunter2-in-url"
+STDERR_PASSWORD = "p4ss-in-stderr"
+SECRETS = (GHP, HF, HF_ARGV, WANDB, DB_PASSWORD, URL_PASSWORD, STDERR_PASSWORD, "sess-value-1")
+
+LEAKY_PROBE = f'''
+import os
+import sys
+
+import rocmcheck
+
+
+@rocmcheck.probe("leaky-secrets", title="leaks secrets", targets="redaction", timeout=30)
+def leaky(ctx):
+    print("pushing with {GHP}", file=sys.stderr)
+    print("db at postgres://u:{STDERR_PASSWORD}@h:5432/x", file=sys.stderr)
+    print("WANDB_API_KEY=" + os.environ["WANDB_API_KEY"], file=sys.stderr)
+    print("token " + os.environ["HF_TOKEN"])
+    assert False, "upload to https://user:{URL_PASSWORD}@example.com/x?token=abc failed"
+'''
+
+
+def _files(md: Path):
+    return md.read_text(), md.with_suffix(".json").read_text(), sorted(md.parent.glob(f"{md.stem}-repro-*.py"))
+
+
+def test_planted_secrets_reach_neither_file_while_gpu_variables_stay(tmp_path, monkeypatch, capsys):
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    (probes / "leaky.py").write_text(LEAKY_PROBE)
+    for name, value in {"HF_TOKEN": HF, "WANDB_API_KEY": WANDB, "GITHUB_TOKEN": GHP, "HIP_VISIBLE_DEVICES": "1",
+                        "HSA_OVERRIDE_GFX_VERSION": "11.0.0", "HSA_SESSION_ID": "sess-value-1"}.items():
+        monkeypatch.setenv(name, value)
+    argv = ["report", "--device", "cpu", "--probes-path", str(probes), "--probe", "leaky-secrets",
+            "-o", str(tmp_path / "bug.md"), "--out-dir", str(tmp_path / "raw")]
+    monkeypatch.setattr(sys, "argv", ["rocmcheck", *argv, "--hf-token", HF_ARGV,
+                                      f"postgres://admin:{DB_PASSWORD}@db:5432/x"])  # what the run records
+    assert main(argv) == 0
+    md, twin, scripts = _files(tmp_path / "bug.md")
+    raw = (next((tmp_path / "raw").glob("*.json"))).read_text()
+    assert GHP in raw and DB_PASSWORD in raw  # the plain run keeps them: the report is what redacts
+    assert len(scripts) == 1
+    written = capsys.readouterr().out.split("\nwrote ")[1]  # the live verdict lines above are local only
+    for text in (md, twin, scripts[0].read_text(), written):
+        for secret in SECRETS:
+            assert secret not in text
+    for text in (md, twin):
+        assert "HIP_VISIBLE_DEVICES" in text and "HSA_OVERRIDE_GFX_VERSION" in text and "11.0.0" in text
+        assert "[REDACTED]" in text
+    for kind in ("GitHub token: 1", "Hugging Face token: 2", "credentials in a URL: 3", "secret-named value: 1",
+                 "secret URL parameter: 1"):
+        assert kind in md
+    data = json.loads(twin)
+    assert data["fingerprint"]["host"]["env"]["HIP_VISIBLE_DEVICES"] == "1"
+    assert "HSA_SESSION_ID" not in data["fingerprint"]["host"]["env"]  # secret-looking: never collected
+    assert data["bug_report"]["redactions"]["GitHub token"] == 1
+    assert data["bug_report"]["redactions"]["credentials in a URL"] == 3
+    assert load_report(tmp_path / "bug.json")["verdicts"][0]["status"] == "fail"  # the twin is a report
+
+
+def _verdict(variant, status, message, **evidence):
+    return {"probe": variant.split("[")[0], "variant": variant, "status": status, "params": {}, "message": message,
+            "duration_s": 0.5, "measurements": {}, "evidence": evidence, "known_issues": [], "env": {}}
+
+
+def _saved_report(tmp_path: Path, verdicts, **extra) -> Path:
+    report = {"schema": SCHEMA, "schema_version": "1.3", "tool": {"name": "rocmcheck", "version": "0.0.9"},
+              "run": {"id": "old-run", "device": "cuda:0", "profile": "full", "isolation": "zygote",
+                      "argv": ["gate", "--token", "tok-in-old-argv"], "started": 1.7e9, "inject": ""},
+              "fingerprint": {"host": {"system": "Linux", "python": "3.11.7",
+                                       "env": {"HF_TOKEN": HF, "ROCR_VISIBLE_DEVICES": "0", "HOME": "/home/alice",
+                                               "HIP_API_KEY": "hip-key-value"}},
+                              "device_facts": {"torch": "2.9.1+rocm6.4", "rocm": "6.4", "backend": "rocm",
+                                               "devices": [{"index": 0, "name": "Radeon RX 7900 XTX",
+                                                            "arch": "gfx1100", "memory_bytes": 25753026560}]},
+                              "device": {"name": "cuda:0", "backend": "rocm", "arch": "gfx1100"}},
+              "verdicts": verdicts, **extra}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(report))
+    return path
+
+
+def test_from_a_saved_run_failing_first_with_evidence_known_issues_matrix_doctor(tmp_path, capsys):
+    hang_stack = 'Thread 0x7f (most recent call first):\n  File "/home/alice/probes/attention.py", line 40 in backward'
+    verdicts = [
+        _verdict("config-lint[alloc-conf]", "pass", "ok"),
+        _verdict("config-lint[python-version]", "warn", "Python 3.14 is newer than torch 2.9 supports"),
+        _verdict("device-smoke", "crash", "crashed: SIGABRT", signal="SIGABRT", exit="SIGABRT", returncode=-6,
+                 output_tail="Memory access fault by GPU node-1 (Agent handle: 0x5) on address (nil). "
+                             "Reason: Unknown. host node7.example.org 10.20.30.40"),
+        _verdict("attention-model[math]", "hang", "no verdict within 120s; child killed", stack=hang_stack),
+        {"status": "fail"},  # damaged record: left out, counted
+    ]
+    doctor = {"checks": [{"name": "amdgpu loaded", "ok": True}, {"name": "render group", "ok": False,
+                                                                   "fix": "sudo usermod -aG render $USER"}]}
+    source = _saved_report(tmp_path, verdicts, doctor=doctor)
+    out = tmp_path / "out" / "attach.md"
+    assert main(["report", "--from", str(source), "-o", str(out), "--anonymize"]) == 0
+    md, twin, scripts = _files(out)
+    for gone in (HF, "tok-in-old-argv", "/home/alice", "10.20.30.40", "hip-key-value"):
+        assert gone not in md and gone not in twin
+    assert "secret-named variable: 1" in md and "`HIP_API_KEY=[REDACTED]`" in md
+    assert "ROCR_VISIBLE_DEVICES" in md and "gfx1100" in md and "Radeon RX 7900 XTX" in md
+    # failing verdicts first (crash before hang), then warnings, known issues, the matrix, the doctor
+    order = [md.index(s) for s in ("## CRASH `device-smoke`", "## HANG `attention-model[math]`", "## Warnings",
+                                   "## Known issues", "<details><summary>Full matrix (4 variants)", "## Doctor")]
+    assert order == sorted(order)
+    assert "- signal: SIGABRT" in md and "Memory access fault by GPU node-1" in md
+    assert "line 40 in backward" in md  # the hung child's stack
+    assert "memory-access-fault-nil" in md and "https://github.com/ROCm/legacy-rocm-build/issues/5238" in md
+    assert "sudo usermod -aG render" in md and "**fix**" in md
+    assert "1 malformed verdict record(s)" in md
+    assert "Anonymized: home directory, IP address" in md
+    assert {p.name for p in scripts} == {"attach-repro-device-smoke.py", "attach-repro-attention-model-math.py"}
+    assert "'device': 'cuda:0'" in scripts[1].read_text()  # the recorded device, not this machine's
+    assert json.loads(twin)["doctor"]["checks"][1]["ok"] is False
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_markdown_fits_a_github_issue_and_says_what_was_cut(tmp_path):
+    tail = "\n".join(f"line {i} " + "x" * 70 for i in range(60))
+    verdicts = [_verdict(f"device-smoke[case{i}]", "fail", f"wrong {i}", output_tail=tail) for i in range(60)]
+    verdicts += [_verdict(f"config-lint[c{i}]", "pass", "ok") for i in range(200)]
+    report = load_report(_saved_report(tmp_path, verdicts))
+    bug = bugreport.build(report, stem="big")
+    assert len(bug.markdown) <= bugreport.GITHUB_BODY_LIMIT
+    cuts = bug.data["bug_report"]["markdown_cut"]
+    assert cuts[:2] == ["evidence tails beyond 1,500 characters", "passing and skipped rows of the matrix"]
+    assert "Trimmed to fit a GitHub issue" in bug.markdown and "`big.json` has everything" in bug.markdown
+    assert bug.data["verdicts"][0]["evidence"]["output_tail"] == tail  # the twin keeps everything
+    small = bugreport.build(load_report(_saved_report(tmp_path, verdicts[:2])), stem="small")
+    assert small.data["bug_report"]["markdown_cut"] == [] and "Trimmed" not in small.markdown
+    assert tail.splitlines()[-1] in small.markdown and "characters cut; the JSON twin has them" in small.markdown
+    assert len(bug.reproducers) == 60 and "big-repro-device-smoke-case0.py" in bug.markdown
+
+
+def test_partial_journal_is_reported_as_partial(tmp_path):
+    journal = tmp_path / "run.jsonl"
+    lines = [{"record": "header", "schema": SCHEMA, "schema_version": "1.0", "run": {"id": "j"}, "fingerprint": {}},
+             {"record": "started", "variant": "device-smoke"},
+             {"record": "verdict", "verdict": _verdict("device-smoke", "fail", "zeros")},
+             {"record": "started", "variant": "attention-model[math]"}]
+    journal.write_text("\n".join(json.dumps(r) for r in lines) + '\n{"record": "verd')
+    out = tmp_path / "j.md"
+    assert main(["report", "--from", str(journal), "-o", str(out)]) == 0
+    assert "PARTIAL: interrupted during attention-model[math]" in out.read_text()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--probe", "no-such-probe", "--device", "cpu"], "unknown probe id 'no-such-probe'"),
+    (["--from", "{missing}"], "cannot read"),
+    (["--from", "{dir}"], "cannot read"),
+    (["--from", "{garbage}"], "not valid JSON"),
+    (["--from", "{binary}"], "not UTF-8"),
+    (["--from", "{foreign}"], "not a rocmcheck report"),
+    (["--from", "{garbage}", "--probe", "device-smoke"], "drop --probe"),
+    (["-o", "{dir}/x.json"], "-o names the Markdown file"),
+    (["--from", "{garbage}", "--anonymize", "--bogus"], "unrecognized arguments"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
+    (tmp_path / "garbage.json").write_text('{"schema": "rocmcheck-report", "verd')
+    (tmp_path / "binary.json").write_bytes(b'{"schema": "rocmcheck-report", "verd\xff"}')
+    (tmp_path / "foreign.json").write_text('{"name": "not ours"}')
+    paths = {"missing": tmp_path / "missing.json", "dir": tmp_path, "garbage": tmp_path / "garbage.json",
+             "binary": tmp_path / "binary.json",
+             "foreign": tmp_path / "foreign.json"}
+    assert main(["report", *[a.format(**paths) for a in args]]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    assert list(tmp_path.glob("*.md")) == []

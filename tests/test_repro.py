@@ -1,0 +1,232 @@
+"""Standalone reproducers, end to end: a real run records a failing verdict under a fault,
+`rocmcheck report` builds its reproducer, and the script, run where rocmcheck cannot be
+imported, prints FAIL with that fault installed and PASS without it.
+
+All scripts run in one driver process that imports torch once and forks a child per
+script (as the zygote does), so the test costs one `import torch`, not one per script.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from rocmcheck import bugreport, fingerprint, registry, repro
+from rocmcheck.model import variant_id
+from rocmcheck.runner import RunOptions
+from rocmcheck.session import run_variants
+
+FAKE_PROBES = '''
+import os
+
+import rocmcheck
+from rocmcheck.errors import ProbeFailure  # a rocmcheck module: embedded like any helper a probe imports
+
+
+@rocmcheck.probe("repro-fake-copy", title="fake", targets="params and variant env reach the reproducer",
+                 timeout=30, variants=[{"shape": (3, 5), "mode": "strict"}],
+                 env=lambda p: {"PYTORCH_REPRO_FAKE_MODE": p["mode"]})
+def fake_copy(ctx, shape, mode):
+    import numpy as np
+    import torch
+
+    seen = os.environ.get("PYTORCH_REPRO_FAKE_MODE")
+    if seen != mode or not isinstance(shape, tuple):
+        raise ProbeFailure(f"variant not reproduced: env {seen!r}, shape {shape!r}")
+    want = np.arange(1, 16, dtype=np.float32).reshape(shape)
+    got = torch.from_numpy(want).to(ctx.device, copy=True).cpu().numpy()
+    ctx.measure(zeros=int((got == 0).sum()))
+    assert (got == want).all(), "host-to-device copy came back wrong"
+
+
+@rocmcheck.probe("repro-fake-backward", title="fake", targets="a hang in the reproducer is FAIL", timeout=1.5)
+def fake_backward(ctx):
+    import torch
+
+    w = torch.ones(3, device=ctx.device, requires_grad=True)
+    (w * 2).sum().backward()
+    assert w.grad.tolist() == [2.0, 2.0, 2.0]
+'''
+
+# variant -> fault that makes it fail on the CPU (None: the recorded environment does)
+CASES: Dict[str, object] = {
+    "device-smoke": "copy-zeros",
+    "attention-sdpa[math-fp32]": "copy-zeros",
+    "attention-model[math]": "copy-zeros",
+    "repro-fake-copy[(3, 5)-strict]": "copy-zeros",
+    "repro-fake-backward": "backward-hang",  # recorded as hang; the script's watchdog says FAIL
+    "config-lint[hsa-override]": None,
+}
+PLANTED_ENV = ("HSA_OVERRIDE_GFX_VERSION", "not-a-version")  # fails config-lint[hsa-override]
+
+DRIVER = textwrap.dedent('''
+    import json, os, runpy, sys
+    import numpy, torch  # imported once; every job forks from here
+
+
+    class Blocker:
+        """Inside a job the installed rocmcheck cannot be imported: reproducers must not need it."""
+
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0].startswith("rocmcheck"):
+                raise ImportError(f"{name} is blocked: a reproducer must not import rocmcheck")
+            return None
+
+
+    def job(spec):
+        if spec["fault"]:
+            from rocmcheck import faults, registry
+            registry.load_all(spec["probes_paths"])
+            faults.install(faults.parse(spec["fault"]), spec["probe"])
+        for name in [n for n in sys.modules if n.split(".")[0].startswith("rocmcheck")]:
+            del sys.modules[name]
+        sys.meta_path.insert(0, Blocker())
+        sys.argv = [spec["script"]]
+        try:
+            runpy.run_path(spec["script"], run_name="__main__")
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        real = [n for n, m in sys.modules.items() if n.split(".")[0].startswith("rocmcheck")
+                and not str(getattr(m.__spec__, "origin", "")).startswith("<embedded")]
+        if real:
+            print("REAL ROCMCHECK IMPORTED:", real)
+            code = 99
+        return code
+
+
+    results = []
+    for spec in json.loads(sys.argv[1]):
+        log = spec["log"]
+        pid = os.fork()
+        if pid == 0:
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            try:
+                code = job(spec)
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+                code = 98
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        results.append({"rc": os.waitstatus_to_exitcode(status), "log": open(log).read()})
+    print(json.dumps(results))
+''')
+
+
+def run_scripts(jobs: List[dict]) -> List[dict]:
+    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(jobs)], capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def fake_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("repro_probes")
+    (folder / "repro_fakes.py").write_text(FAKE_PROBES)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def outcome(fake_dir, tmp_path_factory):
+    """Record every case in one real run, build the report, run every reproducer twice."""
+    out = tmp_path_factory.mktemp("repro_out")
+    paths = [str(fake_dir)]
+    specs = registry.load_all(paths)
+    variants = [v for spec in specs.values() for v in spec.expand() if v.id in CASES]
+    assert {v.id for v in variants} == set(CASES), "a probe of CASES is missing"
+    inject = ",".join(f"{fault}@{vid.split('[')[0]}" for vid, fault in CASES.items() if fault)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(*PLANTED_ENV)
+        report = run_variants(RunOptions(device="cpu", inject=inject, probes_paths=paths, write_files=False,
+                                         profile="gate"), variants)  # the scripts then run the quick profile too
+        assert fingerprint.host_facts()["env"][PLANTED_ENV[0]] == PLANTED_ENV[1]
+    recorded = {v["variant"]: v for v in report["verdicts"]}
+    bug = bugreport.build(report, stem="bug", probes_paths=paths)
+    bugreport.write(bug, out / "bug.md")
+    scripts = {r.variant: out / r.filename for r in bug.reproducers}
+    healthy = dict(report, fingerprint={**report["fingerprint"], "host": {"env": {}}})  # without the planted env
+    cleaned = {r.variant: r for r in bugreport.build(healthy, stem="healthy", probes_paths=paths).reproducers}
+    jobs, keys = [], []
+    for vid, fault in CASES.items():
+        probe = vid.split("[")[0]
+        if fault:  # the same script: FAIL with the fault, PASS without
+            runs = [("fault", scripts[vid], fault), ("clean", scripts[vid], None)]
+        else:  # the failure comes from the recorded environment
+            path = out / cleaned[vid].filename
+            path.write_text(cleaned[vid].script)
+            runs = [("fault", scripts[vid], None), ("clean", path, None)]
+        for mode, script, spec in runs:
+            keys.append((vid, mode))
+            jobs.append({"script": str(script), "fault": spec, "probe": probe, "probes_paths": paths,
+                         "log": f"{script}.{mode}.log"})
+    results = dict(zip(keys, run_scripts(jobs)))
+    return recorded, scripts, results, bug
+
+
+@pytest.mark.parametrize("vid", list(CASES))
+def test_reproducer_fails_with_the_fault_and_passes_without(outcome, vid):
+    recorded, scripts, results, _ = outcome
+    assert recorded[vid]["status"] in ("fail", "hang"), recorded[vid]
+    script = scripts[vid].read_text()
+    assert "import rocmcheck" not in script.split("SOURCES = {")[0]  # only embedded code uses the name
+    bad, good = results[(vid, "fault")], results[(vid, "clean")]
+    assert bad["rc"] == 1 and f"FAIL {vid}:" in bad["log"], bad["log"][-3000:]
+    assert good["rc"] == 0 and f"PASS {vid}: ok" in good["log"], good["log"][-3000:]
+
+
+def test_reproducer_carries_the_variant_exactly(outcome):
+    _, scripts, results, _ = outcome
+    script = scripts["repro-fake-copy[(3, 5)-strict]"].read_text()
+    namespace: dict = {}
+    exec(script.split("\n\n\nclass EmbeddedSources")[0], namespace)  # the header: docstring and CONFIG
+    config = namespace["CONFIG"]
+    assert config["params"] == {"shape": (3, 5), "mode": "strict"}  # a tuple stays a tuple
+    assert config["env"]["PYTORCH_REPRO_FAKE_MODE"] == "strict"
+    assert config["device"] == "cpu" and config["profile"] == "gate"
+    assert "That run injected faults (copy-zeros" in script
+    hang = results[("repro-fake-backward", "fault")]["log"]
+    assert "hang: no result within 1.5s" in hang and "fake_backward" in hang  # the stack names the probe
+
+
+def test_every_failing_variant_gets_a_reproducer_in_the_markdown(outcome):
+    recorded, scripts, _, bug = outcome
+    assert set(scripts) == {v for v, r in recorded.items() if r["status"] in ("fail", "error", "crash", "hang")}
+    for variant, path in scripts.items():
+        assert path.name in bug.markdown
+        assert path.read_text() == next(r.script for r in bug.reproducers if r.variant == variant)
+    cuts = bug.data["bug_report"]["markdown_cut"]
+    shown = bug.markdown.count("<summary>standalone reproducer")
+    assert shown == len(scripts) if not any("reproducer code" in c for c in cuts) else shown < len(scripts)
+    assert {r["file"] for r in bug.data["bug_report"]["reproducers"]} == {p.name for p in scripts.values()}
+
+
+def test_probe_using_a_name_the_stand_in_lacks_gets_a_reason_not_a_broken_script(tmp_path):
+    probe = tmp_path / "uses_gate.py"
+    probe.write_text("import rocmcheck\n\ndef f(ctx):\n    rocmcheck.gate()\n")
+    with pytest.raises(repro.ReproError, match=r"rocmcheck\.gate"):
+        repro.embedded_sources("rocmcheck_userprobes_x.uses_gate", probe)
+    probe.write_text("from rocmcheck.nonexistent import thing\n")
+    with pytest.raises(repro.ReproError, match="rocmcheck.nonexistent"):
+        repro.embedded_sources("rocmcheck_userprobes_x.uses_gate", probe)
+
+
+def test_helper_modules_are_followed_transitively(tmp_path):
+    probe = tmp_path / "uses_faults.py"
+    probe.write_text("from rocmcheck.faults.data import patch\nimport rocmcheck.fingerprint\n")
+    names = set(repro.embedded_sources("rocmcheck_userprobes_x.uses_faults", probe))
+    # faults.data -> its package rocmcheck.faults -> ..errors; fingerprint -> .redact
+    assert {"rocmcheck.faults", "rocmcheck.faults.data", "rocmcheck.errors", "rocmcheck.fingerprint",
+            "rocmcheck.redact", "rocmcheck.context"} <= names
+    assert not {"rocmcheck.runner", "rocmcheck.cli"} & names
+    assert variant_id("p", {"a": (1, 2)}) == "p[(1, 2)]"
