@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -102,7 +103,7 @@ def check_schema(data: Any, what: str) -> None:
         raise UsageError(f"{what}: not a rocmcheck report")
     version = str(data.get("schema_version", ""))
     major = version.split(".")[0]
-    if not major.isdigit():
+    if not re.fullmatch(r"[0-9]+", major):  # str.isdigit() accepts '²', which int() rejects
         raise UsageError(f"{what}: schema version {version!r} is not valid")
     if int(major) != SCHEMA_MAJOR:
         raise UsageError(f"{what}: schema version {version} is not supported (this rocmcheck reads {SCHEMA_MAJOR}.x)")
@@ -145,15 +146,28 @@ def journal_to_report(lines: List[str], what: str) -> Dict[str, Any]:
             started = None
         elif kind == "end":
             end = rec
-    report = {k: v for k, v in header.items() if k not in ("record", "t")}
+    report = _conform({k: v for k, v in header.items() if k not in ("record", "t")})
     report["verdicts"] = verdicts
-    run = dict(report.get("run") or {})
+    run = report["run"]
     if end is None:
         run["partial"] = True
         run["interrupted"] = started
-    else:
-        run.update(end.get("run") or {})
-    report["run"] = run
+    elif isinstance(end.get("run"), dict):
+        run.update(end["run"])
+    return report
+
+
+# Parts every consumer reads as mappings; a foreign value there would be a traceback later.
+_MAPPINGS = {"run": (), "tool": (), "fingerprint": ("host", "device", "device_facts")}
+
+
+def _conform(report: Dict[str, Any]) -> Dict[str, Any]:
+    """Replace a non-mapping where a mapping belongs (in a foreign or damaged report) with {}."""
+    for key, inner in _MAPPINGS.items():
+        part = report[key] = dict(report[key]) if isinstance(report.get(key), dict) else {}
+        for name in inner:
+            if not isinstance(part.get(name, {}), dict):
+                part[name] = {}
     return report
 
 
@@ -168,5 +182,5 @@ def load_report(path: Path) -> Dict[str, Any]:
     check_schema(data, what)
     if not isinstance(data.get("verdicts"), list):
         raise UsageError(f"{what}: report has no verdict list")
-    return data
+    return _conform(data)
 
