@@ -35,13 +35,16 @@ VALUE_RULES: Tuple[Tuple[str, Pattern[str], int], ...] = (
     ("OpenAI-style key", re.compile(r"(?<![\w-])(sk-(?:proj-|svcacct-|admin-|ant-)?[A-Za-z0-9_-]{20,})"), 1),
     ("credentials in a URL", re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^\s/?#@:'\"]+:[^\s/?#'\"]*)@"), 1),
     # NAME=value and 'NAME': 'value' where NAME is environment-style and looks secret
-    ("secret-named value", re.compile(rf"\b[A-Z0-9_]*(?:{_DENY})[A-Z0-9_]*=['\"]?([^\s'\"\\,;]+)"), 1),
+    ("secret-named value", re.compile(rf"\b[A-Z0-9_]*(?:{_DENY})[A-Z0-9_]*=['\"]?([^\s'\"\\,;`]+)"), 1),
     ("secret-named value", re.compile(rf"['\"][A-Z0-9_]*(?:{_DENY})[A-Z0-9_]*['\"]\s*:\s*['\"]([^'\"\\]+)['\"]"), 1),
     # --hf-token VALUE, --password=VALUE on a command line; ?token=VALUE in a URL
-    ("secret option", re.compile(rf"(?<![\w-])--?[A-Za-z0-9_-]*(?:{_DENY})[A-Za-z0-9_-]*(?:=|\s+)['\"]?([^\s'\"\\,]+)",
+    ("secret option", re.compile(rf"(?<![\w-])--?[A-Za-z0-9_-]*(?:{_DENY})[A-Za-z0-9_-]*(?:=|\s+)['\"]?([^\s'\"\\,`]+)",
                                  re.I), 1),
-    ("secret URL parameter", re.compile(rf"[?&][A-Za-z0-9_.-]*(?:{_DENY}|sig)[A-Za-z0-9_.-]*=([^&\s#'\"\\]+)", re.I), 1),
+    ("secret URL parameter", re.compile(rf"[?&][A-Za-z0-9_.-]*(?:{_DENY}|sig)[A-Za-z0-9_.-]*=([^&\s#'\"\\`]+)", re.I), 1),
 )
+
+
+_SECRET_OPTION = re.compile(rf"--?[A-Za-z0-9_-]*(?:{_DENY})[A-Za-z0-9_-]*$", re.I)
 
 
 def secret_name(name: str) -> bool:
@@ -147,8 +150,18 @@ class Redactor:
             return {self.text(str(k)): self.env(v) if k == "env" and isinstance(v, dict) else self.data(v)
                     for k, v in value.items()}
         if isinstance(value, list):
-            return [self.data(v) for v in value]
+            return self._argv([self.data(v) for v in value])
         return value
+
+    def _argv(self, items: List[Any]) -> List[Any]:
+        """In a list like sys.argv, the item after a secret-looking option (`--token`, `VALUE`)."""
+        for i in range(1, len(items)):
+            option = items[i - 1]
+            if isinstance(option, str) and _SECRET_OPTION.match(option) and isinstance(items[i], str) \
+                    and items[i] != REDACTED:
+                self._note("secret option", items[i])
+                items[i] = REDACTED
+        return items
 
     def counts(self) -> Dict[str, int]:
         return {kind: len(values) for kind, values in sorted(self.found.items())}

@@ -90,3 +90,11 @@ def test_anonymize_replaces_home_user_host_and_public_ips():
     assert {"home directory", "IP address"} <= set(redactor.counts())
     assert "Anonymized: home directory" in redactor.summary()
     assert Redactor().text(text) == text  # without --anonymize identities stay
+
+
+def test_argv_lists_redact_the_value_after_a_secret_option():
+    redactor = Redactor()
+    argv = redactor.data(["report", "--token", "tok-123", "--device", "cpu", "--api-key=k-456", "-k", "gemm"])
+    assert argv == ["report", "--token", REDACTED, "--device", "cpu", f"--api-key={REDACTED}", "-k", "gemm"]
+    assert redactor.counts() == {"secret option": 2}
+    assert redactor.text("`HIP_API_KEY=[REDACTED]`") == "`HIP_API_KEY=[REDACTED]`"  # Markdown code spans survive
