@@ -156,6 +156,7 @@ def preload(probes_paths: Any = ()) -> None:
     """Import torch and the probe modules ahead of the task (zygote and standby children)."""
     try:
         import torch  # noqa: F401
+        import torch._dynamo  # noqa: F401 - every torch.optim step imports it first (~2 s per child otherwise)
     except Exception:
         pass  # the probe that needs torch reports the import error itself
     registry.load_all(probes_paths)

@@ -2,15 +2,28 @@
 
 They patch torch inside the probe's child only. Probes compute their references with
 numpy or float64 on an independent path, which these patches never touch.
+
+Transfer faults (`copy-zeros`, `copy-flip`, `copy-stale`) take as ARG a glob over the kind
+of copy, so one method can be broken while the others work:
+    to              blocking `Tensor.to(device)`
+    to-nonblocking  `Tensor.to(device, non_blocking=True)` from pageable memory
+    pinned          `Tensor.to(device, non_blocking=True)` from pinned memory
+    side-stream     any copy issued while a non-default CUDA/HIP stream is current
+    cuda            `Tensor.cuda()`
+    tensor, as_tensor  `torch.tensor(..., device=)`, `torch.as_tensor(..., device=)`
+    copy_           `dst.copy_(src)` across devices (every `copy_` on a CPU-only run)
+`to*` matches every `Tensor.to` kind; no ARG matches every kind.
 """
 from __future__ import annotations
 
+import fnmatch
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 from . import fault
 
-COPY_APIS = ("to", "cuda", "copy_", "tensor", "as_tensor")
+TRANSFER_KINDS = ("to", "to-nonblocking", "pinned", "side-stream", "cuda", "tensor", "as_tensor", "copy_")
+_KIND_HELP = "glob over " + "|".join(TRANSFER_KINDS)
 
 
 def patch(owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
@@ -26,47 +39,109 @@ def _has_device_arg(args: tuple, kwargs: dict) -> bool:
     return any(isinstance(a, (str, torch.device)) for a in args)
 
 
-def _zero_(out: Any) -> Any:
+def _side_stream_active() -> bool:
     import torch
 
-    if isinstance(out, torch.Tensor):
-        with torch.no_grad():
-            out.zero_()
-    return out
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return False
+    return torch.cuda.current_stream() != torch.cuda.default_stream()
 
 
-@fault("copy-zeros", "host-to-device copies come back as zeros (HIP #3874, TheRock #8379); ARG limits it to one API",
-       args="|".join(COPY_APIS))
-def _copy_zeros(arg: Optional[str]) -> None:
+def _to_kind(tensor: Any, args: tuple, kwargs: dict) -> str:
+    if _side_stream_active():
+        return "side-stream"
+    if kwargs.get("non_blocking") or any(a is True for a in args):
+        return "pinned" if tensor.is_pinned() else "to-nonblocking"
+    return "to"
+
+
+def _patch_transfers(arg: Optional[str], corrupt: Callable[[Any, str], None]) -> None:
+    """Wrap every host-to-device copy API; `corrupt(out, kind)` damages matching results in place."""
     import torch
 
-    apis = {arg} if arg else set(COPY_APIS)
+    def damage(out: Any, kind: str) -> Any:
+        if isinstance(out, torch.Tensor) and (not arg or fnmatch.fnmatchcase(kind, arg)):
+            with torch.no_grad():
+                corrupt(out, kind)
+        return out
 
-    def transfer(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def to(self, *args, **kwargs):
+    def to(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self, *args, **kwargs):
             out = orig(self, *args, **kwargs)
-            return _zero_(out) if out is not self and _has_device_arg(args, kwargs) else out
-        return to
+            if out is self or not _has_device_arg(args, kwargs):
+                return out
+            return damage(out, _to_kind(self, args, kwargs))
+        return wrapped
 
-    def always(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def zeroed(*args, **kwargs):
-            return _zero_(orig(*args, **kwargs))
-        return zeroed
+    def cuda(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self, *args, **kwargs):
+            return damage(orig(self, *args, **kwargs), "side-stream" if _side_stream_active() else "cuda")
+        return wrapped
 
-    def factory(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def build(*args, **kwargs):
-            out = orig(*args, **kwargs)
-            return _zero_(out) if kwargs.get("device") is not None else out
-        return build
+    def copy_(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self, src, *args, **kwargs):
+            out = orig(self, src, *args, **kwargs)
+            if isinstance(src, torch.Tensor) and (src.device != self.device or self.device.type == "cpu"):
+                damage(out, "side-stream" if _side_stream_active() else "copy_")
+            return out
+        return wrapped
 
-    if "to" in apis:
-        patch(torch.Tensor, "to", transfer)
-    if "cuda" in apis:
-        patch(torch.Tensor, "cuda", always)
-    if "copy_" in apis:
-        patch(torch.Tensor, "copy_", always)
-    for name in {"tensor", "as_tensor"} & apis:
-        patch(torch, name, factory)
+    def factory(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+            def build(*args, **kwargs):
+                out = orig(*args, **kwargs)
+                return damage(out, name) if kwargs.get("device") is not None else out
+            return build
+        return make
+
+    patch(torch.Tensor, "to", to)
+    patch(torch.Tensor, "cuda", cuda)
+    patch(torch.Tensor, "copy_", copy_)
+    for name in ("tensor", "as_tensor"):
+        patch(torch, name, factory(name))
+
+
+def _zero_(out: Any, kind: str = "") -> None:
+    out.zero_()
+
+
+def _flip_one(out: Any, kind: str = "") -> None:
+    """Flip the lowest bit of the middle element: a one-ulp error that only a bitwise check sees."""
+    import torch
+
+    if out.numel() == 0 or out.dtype == torch.bool or out.is_complex():
+        return
+    ints = out.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[out.element_size()])
+    index, rest = [], out.numel() // 2
+    for dim in reversed(out.shape):
+        rest, i = divmod(rest, dim)
+        index.append(i)
+    ints[tuple(reversed(index))].bitwise_xor_(1)
+
+
+@fault("copy-zeros", "host-to-device copies come back as zeros (HIP #3874, TheRock #8379); ARG limits it to "
+                     "some kinds of copy", args=_KIND_HELP)
+def _copy_zeros(arg: Optional[str]) -> None:
+    _patch_transfers(arg, _zero_)
+
+
+@fault("copy-flip", "host-to-device copies come back with one bit flipped in one element", args=_KIND_HELP)
+def _copy_flip(arg: Optional[str]) -> None:
+    _patch_transfers(arg, _flip_one)
+
+
+@fault("copy-stale", "host-to-device copies return the data of the previous copy of the same shape "
+                     "(a missed wait, pinned-memory races, CuPy #4923)", args=_KIND_HELP)
+def _copy_stale(arg: Optional[str]) -> None:
+    previous: Dict[tuple, Any] = {}
+
+    def stale(out: Any, kind: str) -> None:
+        key = (kind, tuple(out.shape), out.dtype, str(out.device))
+        earlier, previous[key] = previous.get(key), out.clone()
+        if earlier is not None:
+            out[...] = earlier
+
+    _patch_transfers(arg, stale)
 
 
 @fault("bf16-zeros", "casts to bfloat16 return zeros (bf16 silently broken on the device)")
@@ -77,7 +152,8 @@ def _bf16_zeros(arg: Optional[str]) -> None:
         def wrapped(self, *args, **kwargs):
             out = orig(self, *args, **kwargs)
             if isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16 and out is not self:
-                _zero_(out)
+                with torch.no_grad():
+                    out.zero_()
             return out
         return wrapped
 
@@ -85,26 +161,106 @@ def _bf16_zeros(arg: Optional[str]) -> None:
         patch(torch.Tensor, name, cast)
 
 
-@fault("matmul-nan", "matrix products return one NaN element (split-K NaN, rocm-libraries #9055)")
-def _matmul_nan(arg: Optional[str]) -> None:
+def _patch_products(poison: Callable[[Any], Any]) -> None:
+    """Pass the result of every matrix-product API through `poison`."""
     import torch
 
-    def poison(out: Any) -> Any:
-        if isinstance(out, torch.Tensor) and out.is_floating_point() and out.numel():
-            mask = torch.zeros_like(out).view(-1)
-            mask[0] = float("nan")
-            out = out + mask.view(out.shape)
-        return out
-
-    def nan(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(orig: Callable[..., Any]) -> Callable[..., Any]:
         def wrapped(*args, **kwargs):
-            return poison(orig(*args, **kwargs))
+            out = orig(*args, **kwargs)
+            if isinstance(out, torch.Tensor) and out.is_floating_point() and out.numel():
+                out = poison(out)
+            return out
         return wrapped
 
     for owner, name in ((torch, "matmul"), (torch, "mm"), (torch, "bmm"), (torch, "addmm"),
                         (torch.Tensor, "matmul"), (torch.Tensor, "__matmul__"), (torch.Tensor, "mm"),
                         (torch.nn.functional, "linear")):
-        patch(owner, name, nan)
+        patch(owner, name, wrap)
+
+
+@fault("matmul-nan", "matrix products return one NaN element (split-K NaN, rocm-libraries #9055)")
+def _matmul_nan(arg: Optional[str]) -> None:
+    import torch
+
+    def nan(out: Any) -> Any:
+        mask = torch.zeros_like(out).view(-1)
+        mask[0] = float("nan")
+        return out + mask.view(out.shape)
+
+    _patch_products(nan)
+
+
+@fault("matmul-zeros", "matrix products return zeros in the second half of the output "
+                       "(silent zeros on tall-skinny shapes, rocm-libraries #5706)")
+def _matmul_zeros(arg: Optional[str]) -> None:
+    import torch
+
+    def zeros(out: Any) -> Any:
+        keep = torch.ones(out.numel(), dtype=out.dtype, device=out.device)
+        keep[out.numel() // 2:] = 0
+        return out * keep.view(out.shape)
+
+    _patch_products(zeros)
+
+
+@fault("fp16-ftz", "float16 matrix products flush subnormal inputs to zero in backward "
+                   "(hipBLASLt without fp16_alt_impl on gfx90a, pytorch #182952)")
+def _fp16_ftz(arg: Optional[str]) -> None:
+    import torch
+
+    tiny = torch.finfo(torch.float16).tiny
+
+    def flush(t: Any) -> Any:
+        return torch.where(t.abs() < tiny, torch.zeros_like(t), t)
+
+    def wrap(orig: Callable[..., Any]) -> Callable[..., Any]:
+        class FlushingProduct(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, a, b):
+                ctx.save_for_backward(a, b)
+                return orig(a, b)
+
+            @staticmethod
+            def backward(ctx, grad):
+                a, b = (flush(t) for t in ctx.saved_tensors)
+                return orig(grad, b.t()), orig(a.t(), grad)
+
+        def product(a, b, *args, **kwargs):
+            plain_2d = not args and not kwargs and a.dim() == 2 and b.dim() == 2
+            if plain_2d and a.dtype == b.dtype == torch.float16 and (a.requires_grad or b.requires_grad):
+                return FlushingProduct.apply(a, b)
+            return orig(a, b, *args, **kwargs)
+        return product
+
+    for owner, name in ((torch, "matmul"), (torch, "mm"), (torch.Tensor, "matmul"), (torch.Tensor, "__matmul__"),
+                        (torch.Tensor, "mm")):
+        patch(owner, name, wrap)
+
+
+@fault("grad-zeros", "the backward pass after an autocast forward produces all-zero gradients")
+def _grad_zeros(arg: Optional[str]) -> None:
+    import torch
+    from torch.amp.autocast_mode import autocast
+
+    pending = threading.local()
+
+    def enter(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self, *args, **kwargs):
+            pending.autocast = True
+            return orig(self, *args, **kwargs)
+        return wrapped
+
+    def backward(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self, gradient=None, *args, **kwargs):
+            if getattr(pending, "autocast", False):
+                pending.autocast = False
+                gradient = torch.zeros_like(self)  # zero upstream gradient: every leaf gradient is zero
+            return orig(self, gradient, *args, **kwargs)
+        return wrapped
+
+    patch(autocast, "__enter__", enter)
+    patch(torch.Tensor, "backward", backward)
 
 
 def _blocking_backward(*args: Any, **kwargs: Any) -> None:

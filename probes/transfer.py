@@ -1,0 +1,288 @@
+"""Host-to-device transfers by eight methods, read back and checked bit for bit.
+
+Targets copies that come back as zeros, NaN or stale data, or crash (failure catalogue §1):
+HIP #3874 (access violation in memcpy_and_sync, gfx1151), TheRock #8379 (silent zeros,
+gfx1201), legacy-rocm-build #6123 (NaN on repeated `.to("cuda")`, gfx1030), pinned-memory
+races, and the seeds' report: CPU->GPU copies returning zeros only inside a training loop,
+with all eight methods tried by hand.
+
+Variants are method x context (8 x 2). A method or a context is what a user can change in
+their code, so each gets its own row in the matrix; dtypes (float32, float16, bfloat16,
+int32), sizes, contiguous and strided sources and repeats are looped inside a variant, with
+measurements per dtype, because they describe one failure rather than a workaround, and a
+variant per combination would cost one GPU runtime start each. The gate holds the
+training-context variants, where the seeds' failure appeared; the isolated ones (full
+profile) tell whether the context matters.
+
+Each repeat sends a different pattern (`compare.Pattern`: never zero, NaN or subnormal, and
+different at every index from the previous repeat, so stale data fails). A bad read-back is
+attributed with a device-side checksum: the device holding the right bytes means the fault is
+device-to-host, otherwise host-to-device. The side-stream method waits with `wait_stream` and
+`record_stream`, as PyTorch documents (ROCm/pytorch#3194 was closed as correct semantics).
+
+On `--device cpu` every method still copies into separate storage (`copy=True`, a clone where
+`as_tensor` would share memory), so the comparison runs for real; `.cuda()` and the side
+stream fall back to `.to(copy=True)` and pinning is skipped (the CPU has neither streams nor
+pinned memory), and sizes stop at 1 MiB in the gate (64 MiB in full): big copies test a
+device, not the comparison.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import rocmcheck
+from rocmcheck import compare
+
+METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream")
+CONTEXTS = ("isolated", "training")
+PINNED_METHODS = ("pinned", "side-stream")
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+ALL = compare.PATTERN_DTYPES
+F32 = ("float32",)
+
+# (bytes, dtypes, repeats) per (device kind, profile); every entry runs contiguous and strided.
+PLANS = {
+    ("gpu", "gate"): ((4 * KIB, ALL, 3), (MIB, ALL, 3), (64 * MIB, F32, 3)),
+    ("gpu", "full"): ((4 * KIB, ALL, 10), (MIB, ALL, 10), (64 * MIB, ALL, 10), (512 * MIB, ALL, 3)),
+    ("cpu", "gate"): ((4 * KIB, ALL, 2), (MIB, ALL, 2)),
+    ("cpu", "full"): ((4 * KIB, ALL, 10), (MIB, ALL, 10), (64 * MIB, F32, 3)),
+}
+LARGEST_REPEATS = 2  # the largest copy that fits (GPU, full profile): float32, contiguous
+MAX_ATTRIBUTED = 3  # bad copies whose origin is checked with a device checksum
+
+LINKS = (
+    "https://github.com/ROCm/HIP/issues/3874",
+    "https://github.com/ROCm/TheRock/issues/8379",
+    "https://github.com/ROCm/legacy-rocm-build/issues/6123",
+    "https://github.com/ROCm/legacy-rocm-build/issues/2781",
+    "https://github.com/ROCm/pytorch/issues/3194",
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    nbytes: int
+    dtype: str
+    contiguous: bool
+    repeats: int
+
+    def label(self, repeat: int) -> str:
+        size = f"{self.nbytes // MIB} MiB" if self.nbytes >= MIB else f"{self.nbytes // KIB} KiB"
+        return f"{self.dtype} {size} {'contiguous' if self.contiguous else 'strided'} repeat {repeat}"
+
+
+def plan(ctx: rocmcheck.ProbeContext) -> List[Case]:
+    cases = [Case(nbytes, dtype, contiguous, repeats)
+             for nbytes, dtypes, repeats in PLANS[("gpu" if ctx.on_gpu else "cpu", ctx.profile)]
+             for dtype in dtypes for contiguous in (True, False)]
+    if ctx.on_gpu and ctx.full:
+        largest = largest_bytes(ctx.device)
+        if largest > 512 * MIB:
+            cases.append(Case(largest, "float32", True, LARGEST_REPEATS))
+    return cases
+
+
+def largest_bytes(device: str) -> int:
+    """The biggest single copy worth trying: a third of free device memory, a fifth of free
+    host memory (expected data, source, pinned copy and read-back live there), at most 16 GiB."""
+    import psutil
+    import torch
+
+    free_device, _ = torch.cuda.mem_get_info(torch.device(device))
+    size = min(free_device // 3, psutil.virtual_memory().available // 5, 16 * GIB)
+    return size // MIB * MIB
+
+
+class TrainingLoad:
+    """A small transformer and its AdamW state resident on the device; `step()` queues one
+    training step without waiting for it, so transfers run with kernels in flight."""
+
+    def __init__(self, device: str, on_gpu: bool):
+        import torch
+
+        torch.manual_seed(0)
+        width, layers = (256, 4) if on_gpu else (32, 1)  # 3.1M parameters on a GPU, like the seeds' model
+        layer = torch.nn.TransformerEncoderLayer(width, 8, 4 * width, dropout=0.0, batch_first=True)
+        self.model = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).to(device)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.x = torch.randn(8, 64, width, device=device)
+        self.params = sum(p.numel() for p in self.model.parameters())
+        self.step()  # creates the optimizer state
+
+    def step(self) -> None:
+        loss = self.model(self.x).square().mean()
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+
+
+class Sender:
+    """One transfer method: `stage` prepares the source (not timed), `send` copies (timed)."""
+
+    def __init__(self, method: str, device: str, on_gpu: bool):
+        import torch
+
+        self.method, self.device, self.on_gpu = method, device, on_gpu
+        self.copy = not on_gpu  # on the CPU, `.to(device)` would return the source itself
+        self.side = torch.cuda.Stream(device) if on_gpu and method == "side-stream" else None
+
+    def stage(self, src: Any, src_np: Any) -> Any:
+        import torch
+
+        if self.method in PINNED_METHODS and self.on_gpu:
+            return src.pin_memory()
+        if self.method in ("tensor", "as-tensor"):
+            return src_np
+        if self.method == "copy_":
+            return src, torch.empty(src.shape, dtype=src.dtype, device=self.device)
+        return src
+
+    def send(self, staged: Any, dtype: str) -> Any:
+        import torch
+
+        m = self.method
+        if m == "to":
+            return staged.to(self.device, copy=self.copy)
+        if m == "cuda":
+            return staged.cuda(self.device) if self.on_gpu else staged.to(self.device, copy=True)
+        if m in ("to-nonblocking", "pinned") or (m == "side-stream" and not self.on_gpu):
+            return staged.to(self.device, non_blocking=True, copy=self.copy)
+        if m in ("tensor", "as-tensor"):
+            out = (torch.tensor if m == "tensor" else torch.as_tensor)(staged, device=self.device)
+            if out.data_ptr() == staged.ctypes.data:  # as_tensor shares a host array's memory on the CPU
+                out = out.clone()
+            return out.view(torch.bfloat16) if dtype == "bfloat16" else out
+        if m == "copy_":
+            src, dst = staged
+            return dst.copy_(src)
+        return self._side_stream(staged)
+
+    def _side_stream(self, staged: Any) -> Any:
+        """The documented pattern: the side stream waits for the main one, the main one waits
+        for the copy, and `record_stream` keeps the allocator from reusing the block early."""
+        import torch
+
+        main = torch.cuda.current_stream(self.device)
+        self.side.wait_stream(main)
+        with torch.cuda.stream(self.side):
+            out = staged.to(self.device, non_blocking=True)
+        main.wait_stream(self.side)
+        out.record_stream(main)
+        return out
+
+
+def source(want: Any, contiguous: bool) -> Any:
+    """A host copy of `want` kept apart from it: contiguous, or every other element of a
+    buffer twice as long (a strided, non-dense source)."""
+    import numpy as np
+
+    if contiguous:
+        return want.copy()
+    buf = np.empty(want.size * 2, dtype=want.dtype)
+    buf[::2] = want
+    return buf[::2]
+
+
+def as_tensor_of(src_np: Any, dtype: str) -> Any:
+    import torch
+
+    t = torch.from_numpy(src_np)
+    return t.view(torch.bfloat16) if dtype == "bfloat16" else t
+
+
+def origin(dst: Any, want: Any) -> str:
+    """Which direction failed, by comparing a checksum computed on the device with the host's."""
+    if compare.device_checksum(dst) == compare.checksum(want):
+        return "device-to-host (the device holds the right data; the read-back is wrong)"
+    return "host-to-device (the device holds wrong data)"
+
+
+class Tally:
+    """Per-dtype counts over every copy, plus the first bad copy for the message."""
+
+    def __init__(self) -> None:
+        self.stats: Dict[str, Dict[str, int]] = {}
+        self.bad: List[str] = []
+        self.copies = 0
+
+    def add(self, case: Case, repeat: int, check: compare.BitCheck, where: Optional[str]) -> None:
+        s = self.stats.setdefault(case.dtype, {"copies": 0, "bad_copies": 0, "mismatches": 0, "zeros": 0,
+                                               "nans": 0, "first_bad": -1})
+        self.copies += 1
+        s["copies"] += 1
+        if check.ok:
+            return
+        if s["first_bad"] < 0:
+            s["first_bad"] = check.first_bad
+        s["bad_copies"] += 1
+        for key in ("mismatches", "zeros", "nans"):
+            s[key] += getattr(check, key)
+        self.bad.append(f"{case.label(repeat)}: {check.summary()}" + (f"; {where}" if where else ""))
+
+    def measurements(self) -> Dict[str, int]:
+        return {f"{dtype}_{key}": value for dtype, s in self.stats.items() for key, value in s.items()}
+
+
+@rocmcheck.probe(
+    "transfer",
+    title="Host-to-device copies by eight methods, checked bit for bit",
+    targets="copies returning zeros, NaN or stale data (HIP #3874, TheRock #8379, #6123), also in a training loop",
+    links=LINKS,
+    timeout=300,
+    gate=lambda p: p["context"] == "training",
+    variants=[{"method": m, "context": c} for c in CONTEXTS for m in METHODS],
+)
+def transfer(ctx: rocmcheck.ProbeContext, method: str, context: str) -> None:
+    compare.single_thread_on_cpu(ctx)
+    sender = Sender(method, ctx.device, ctx.on_gpu)
+    load = TrainingLoad(ctx.device, ctx.on_gpu) if context == "training" else None
+    tally, best_gbps, patterns = Tally(), 0.0, {}
+    cases = plan(ctx)
+    biggest = max(c.nbytes for c in cases)
+    for case in cases:
+        n = case.nbytes // compare.Pattern.itemsize(case.dtype)
+        pattern = patterns.setdefault((n, case.dtype), compare.Pattern(n, case.dtype))
+        for repeat in range(1, case.repeats + 1):
+            want = pattern.values(repeat)  # the expected data; the source is a separate copy
+            src_np = source(want, case.contiguous)
+            staged = sender.stage(as_tensor_of(src_np, case.dtype), src_np)
+            if load:
+                load.step()
+            start = time.perf_counter()
+            dst = sender.send(staged, case.dtype)
+            ctx.synchronize()
+            seconds = time.perf_counter() - start
+            if case.nbytes == biggest and case.contiguous:
+                best_gbps = max(best_gbps, case.nbytes / seconds / 1e9)
+            check = compare.bitwise(compare.tensor_bits(dst), want, fmt=case.dtype)
+            where = origin(dst, want) if not check.ok and len(tally.bad) < MAX_ATTRIBUTED else None
+            tally.add(case, repeat, check, where)
+            del dst, staged
+    ctx.measure(copies=tally.copies, largest_bytes=biggest, **tally.measurements(),
+                source_memory="pinned" if method in PINNED_METHODS and ctx.on_gpu else "pageable")
+    if context == "isolated":  # in the training context the clock also runs the queued step
+        ctx.measure(gbps=round(best_gbps, 3))
+        if method == "pinned" and ctx.on_gpu:
+            ctx.measure(gbps_pageable=round(pageable_gbps(ctx, biggest), 3))
+    if load:
+        ctx.measure(training_load_params=load.params)
+    if tally.bad:
+        raise rocmcheck.ProbeFailure(f"{method}: {len(tally.bad)} of {tally.copies} copies wrong"
+                                     f"{' in a training context' if load else ''}; first: {tally.bad[0]}")
+
+
+def pageable_gbps(ctx: rocmcheck.ProbeContext, nbytes: int) -> float:
+    """Bandwidth of a plain `.to(device)` from pageable memory, beside the pinned figure."""
+    import numpy as np
+    import torch
+
+    src = torch.from_numpy(np.ones(nbytes // 4, dtype=np.float32))
+    best = 0.0
+    for _ in range(3):
+        start = time.perf_counter()
+        src.to(ctx.device)
+        ctx.synchronize()
+        best = max(best, nbytes / (time.perf_counter() - start) / 1e9)
+    return best

@@ -1,0 +1,370 @@
+"""Comparisons and metrics shared by the data-path probes (transfer, numerics, GEMM, training).
+
+Every reference here is computed with numpy, never with torch, so a fault injected into
+torch (or a broken device) cannot make the reference agree with the result it checks.
+numpy is imported inside the functions (probe modules import this module at load time,
+and `rocmcheck list` must stay instant); torch only inside the helpers that take tensors.
+
+- `bitwise`: bit-for-bit comparison with counts of zeros, NaN and the first bad index.
+- `close`: tolerance comparison against a float64 reference, with dtype-scaled tolerances.
+- `round_to`, `bf16_bits`, `bf16_value`: round-to-nearest-even into bf16/fp16, in numpy.
+- `checksum` / `device_checksum`: one position-weighted checksum, on the host or the device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
+
+# name -> (exponent bits, mantissa bits) of the IEEE-style binary formats.
+FLOAT_FORMATS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52)}
+
+# Error bound relative to the problem's scale (|A|.|B| for a product), per result dtype.
+# fp32/fp16/bf16 values are the failure catalogue's (§9); "tf32" is fp32 with TF32 math.
+TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 2e-3, "float16": 1e-2, "bfloat16": 2e-2}
+
+_CHECKSUM_WEIGHTS = 251  # weights 1..251 on 16-bit pieces: no int64 overflow below 2**39 bytes
+_CHECKSUM_CHUNK = 1 << 24
+
+
+def dtype_name(dtype: Any) -> str:
+    """'float32' for np.float32, torch.float32 or the string itself."""
+    return str(dtype).replace("torch.", "")
+
+
+def single_thread_on_cpu(ctx: Any) -> None:
+    """On `--device cpu` a probe is a self-test of its own checks: run torch on one intra-op thread.
+
+    OpenMP threads spin-wait; on a small machine under load, two of them made these probes
+    10-50x slower than one (measured on the project's 2-core machine).
+    """
+    if not ctx.on_gpu:
+        import torch
+
+        torch.set_num_threads(1)
+
+
+# --- bit-for-bit ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BitCheck:
+    """How a read-back differs from what was sent, element by element."""
+
+    total: int
+    mismatches: int
+    zeros: int  # differing elements that read back as zero
+    nans: int  # differing elements that read back as NaN where NaN was not expected
+    first_bad: int  # C-order index of the first differing element, -1 if none
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatches == 0
+
+    def measurements(self) -> Dict[str, int]:
+        return {"mismatches": self.mismatches, "zeros": self.zeros, "nans": self.nans, "first_bad": self.first_bad}
+
+    def summary(self) -> str:
+        if self.ok:
+            return f"all {self.total} elements identical"
+        return (f"{self.mismatches} of {self.total} elements differ ({self.zeros} zeros, {self.nans} NaN), "
+                f"first at index {self.first_bad}")
+
+
+def bits(a: Any) -> Any:
+    """The unsigned-integer bit patterns of a numpy array (same shape and strides)."""
+    import numpy as np
+
+    a = np.asarray(a)
+    return a.view(np.dtype(f"u{a.dtype.itemsize}"))
+
+
+def classify(b: Any, fmt: Optional[str]) -> "tuple":
+    """(is_zero, is_nan) masks of bit patterns `b` read as float format `fmt` (None: integers)."""
+    import numpy as np
+
+    if fmt not in FLOAT_FORMATS:
+        return b == 0, np.zeros(b.shape, dtype=bool)
+    exp_bits, man_bits = FLOAT_FORMATS[fmt]
+    b = b.astype(np.uint64)
+    man_mask = np.uint64((1 << man_bits) - 1)
+    exp_mask = np.uint64(((1 << exp_bits) - 1) << man_bits)
+    magnitude = b & (exp_mask | man_mask)
+    return magnitude == 0, ((b & exp_mask) == exp_mask) & ((b & man_mask) != 0)
+
+
+def _float_format(a: Any, fmt: Optional[str]) -> Optional[str]:
+    if fmt is not None:
+        return fmt
+    return a.dtype.name if a.dtype.kind == "f" and a.dtype.name in FLOAT_FORMATS else None
+
+
+def bitwise(got: Any, want: Any, fmt: Optional[str] = None, nan_equal: bool = False) -> BitCheck:
+    """Compare two same-shape arrays bit for bit.
+
+    `fmt` names the float format when the arrays hold raw bits (bfloat16 travels as 16-bit
+    integers, numpy has no bfloat16); otherwise it follows the dtype. `nan_equal` accepts any
+    NaN for any NaN: IEEE 754 leaves NaN payloads to the implementation (CPU casts give
+    0x7FC0, CUDA's 0x7FFF), so casts are compared by NaN class, transfers by exact bits.
+    """
+    import numpy as np
+
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape or got.dtype.itemsize != want.dtype.itemsize:
+        raise ValueError(f"cannot compare {got.dtype}{list(got.shape)} with {want.dtype}{list(want.shape)}")
+    fmt = _float_format(want, fmt)
+    gb, wb = bits(got), bits(want)
+    differ = gb != wb
+    if nan_equal and fmt is not None:
+        differ &= ~(classify(gb, fmt)[1] & classify(wb, fmt)[1])
+    count = int(np.count_nonzero(differ))
+    if not count:
+        return BitCheck(got.size, 0, 0, 0, -1)
+    bad_got, bad_want = gb[differ], wb[differ]  # only the differing elements are classified
+    zero, nan = classify(bad_got, fmt)
+    want_nan = classify(bad_want, fmt)[1]
+    first = int(np.flatnonzero(differ)[0])
+    return BitCheck(got.size, count, int(np.count_nonzero(zero)), int(np.count_nonzero(nan & ~want_nan)), first)
+
+
+# --- checksums --------------------------------------------------------------------------------
+
+
+def _weighted_sum(pieces: Any, arange: Any, widen: Any) -> int:
+    """sum(piece_i * (i % 251 + 1)) over unsigned 16-bit pieces, chunked to bound memory."""
+    total = 0
+    for start in range(0, pieces.shape[0], _CHECKSUM_CHUNK):
+        piece = widen(pieces[start:start + _CHECKSUM_CHUNK]) & 0xFFFF
+        weights = arange(start, start + piece.shape[0]) % _CHECKSUM_WEIGHTS + 1
+        total += int((piece * weights).sum())
+    return total
+
+
+def checksum(a: Any) -> int:
+    """Position-weighted checksum of a numpy array's bytes in C order."""
+    import numpy as np
+
+    flat = np.ascontiguousarray(a).reshape(-1)
+    pieces = flat.view(np.uint8 if flat.dtype.itemsize == 1 else np.uint16)
+    return _weighted_sum(pieces, np.arange, lambda p: p.astype(np.int64))
+
+
+def device_checksum(t: Any) -> int:
+    """`checksum` of a tensor computed where it lives (on the device for a device tensor).
+
+    Equal to the host checksum of the data sent means the device holds the right bytes,
+    so a bad read-back is a device-to-host fault; different means host-to-device.
+    """
+    import torch
+
+    flat = t.detach().contiguous().reshape(-1)
+    pieces = flat.view(torch.uint8 if flat.element_size() == 1 else torch.int16)
+    return _weighted_sum(pieces, lambda s, e: torch.arange(s, e, device=flat.device), lambda p: p.to(torch.int64))
+
+
+# --- rounding to bf16 / fp16 in numpy -------------------------------------------------------
+
+
+def bf16_bits(x: Any) -> Any:
+    """float32 values -> bfloat16 bit patterns (uint16), round to nearest, ties to even.
+
+    NaN becomes the canonical quiet NaN 0x7FC0; overflow rounds to +-inf.
+    """
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        x = np.asarray(x, dtype=np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded)
+
+
+def bf16_value(b: Any) -> Any:
+    """bfloat16 bit patterns -> float32 values (exact)."""
+    import numpy as np
+
+    return (np.asarray(b).astype(np.uint32) << 16).view(np.float32)
+
+
+def round_to(x: Any, dtype: Any) -> Any:
+    """float64 copy of `x` rounded to `dtype` (float64/float32/float16/bfloat16).
+
+    bfloat16 rounds through float32 first; the double rounding this implies differs from a
+    direct float64 -> bfloat16 rounding only on float32 ties, never on zeros or NaN.
+    """
+    import numpy as np
+
+    name = dtype_name(dtype)
+    x = np.asarray(x)
+    with np.errstate(over="ignore"):  # values beyond the format's range round to inf, as they should
+        if name == "bfloat16":
+            return bf16_value(bf16_bits(x.astype(np.float32))).astype(np.float64)
+        return x.astype(name).astype(np.float64)
+
+
+# --- tolerance comparison ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CloseCheck:
+    """How a low-precision result compares with a float64 reference."""
+
+    total: int
+    bad: int  # elements outside the tolerance (NaN and unexpected zeros included)
+    nans: int  # NaN where the reference is not NaN
+    zeros: int  # exact zeros where the reference, rounded to the result dtype, is not zero
+    first_bad: int
+    max_err: float  # largest |got - ref| / scale over elements where both are finite
+    tol: float
+    zero_fraction: float
+    ref_zero_fraction: float
+
+    @property
+    def ok(self) -> bool:
+        return self.bad == 0
+
+    def measurements(self) -> Dict[str, Any]:
+        return {"bad": self.bad, "nans": self.nans, "zeros": self.zeros, "first_bad": self.first_bad,
+                "max_err": self.max_err, "tol": self.tol, "zero_fraction": self.zero_fraction,
+                "ref_zero_fraction": self.ref_zero_fraction}
+
+    def summary(self) -> str:
+        text = f"max error {self.max_err:.3g} (tolerance {self.tol:.3g})"
+        if self.ok:
+            return text
+        return (f"{self.bad} of {self.total} elements wrong ({self.nans} NaN, {self.zeros} unexpected zeros), "
+                f"first at index {self.first_bad}, {text}")
+
+
+def close(got: Any, ref: Any, dtype: Any, scale: Any = None, tol: Optional[float] = None) -> CloseCheck:
+    """Compare `got` (a result in `dtype`) with a float64 reference `ref`.
+
+    The error is |got - ref| / scale, with `scale` defaulting to |ref| (floored at the dtype's
+    smallest normal); pass |A|.|B| for products. `tol` defaults to TOLERANCE[dtype].
+    Equal values (inf included) and NaN-for-NaN always pass.
+    """
+    import numpy as np
+
+    name = dtype_name(dtype)
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if got.shape != ref.shape:
+        raise ValueError(f"cannot compare shape {list(got.shape)} with {list(ref.shape)}")
+    tol = TOLERANCE[name] if tol is None else tol
+    tiny = float(np.finfo(np.float32 if name == "bfloat16" else name).tiny)
+    scale = np.maximum(np.abs(ref) if scale is None else np.asarray(scale, dtype=np.float64), tiny)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(got - ref) / scale
+        nan = np.isnan(got) & ~np.isnan(ref)
+        zero = (got == 0) & (round_to(ref, name) != 0)
+        good = (err <= tol) | (got == ref) | (np.isnan(got) & np.isnan(ref))
+    bad = ~good | zero
+    finite = np.isfinite(err)
+    count = int(np.count_nonzero(bad))
+    n = max(got.size, 1)
+    return CloseCheck(
+        total=got.size, bad=count, nans=int(np.count_nonzero(nan)), zeros=int(np.count_nonzero(zero)),
+        first_bad=int(np.flatnonzero(bad)[0]) if count else -1,
+        max_err=float(err[finite].max()) if finite.any() else 0.0, tol=tol,
+        zero_fraction=float(np.count_nonzero(got == 0)) / n, ref_zero_fraction=float(np.count_nonzero(ref == 0)) / n,
+    )
+
+
+def rel_l2(got: Any, ref: Any) -> float:
+    """||got - ref|| / ||ref|| in float64 (inf when ref is all zero and got is not; NaN propagates)."""
+    import numpy as np
+
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    num = float(np.linalg.norm((got - ref).ravel()))
+    den = float(np.linalg.norm(ref.ravel()))
+    if den == 0.0:
+        return 0.0 if num == 0.0 else float("inf")
+    return num / den
+
+
+# --- patterns that cannot be mistaken for zeros, NaN or stale data -----------------------------
+
+# dtype -> (numpy type the pattern is stored as, exponent bits, mantissa bits, lowest exponent, exponent span).
+# bfloat16 is stored as its 16-bit patterns (int16): numpy has no bfloat16.
+_PATTERN_FORMATS = {"float32": ("float32", 8, 23, 64, 128), "bfloat16": ("int16", 8, 7, 64, 128),
+                    "float16": ("float16", 5, 10, 8, 15), "int32": ("int32", 0, 31, 0, 0)}
+PATTERN_DTYPES = tuple(_PATTERN_FORMATS)
+
+
+class Pattern:
+    """Per-index data for `n` elements of `dtype`, fresh for every seed.
+
+    Floats are normal numbers with exponents well inside the format's range (never zero,
+    subnormal, inf or NaN); integers are odd (never zero). `values(seed)` XORs a seed-specific
+    non-zero mantissa mask into one hashed base, so two different seeds below 2**7 differ at
+    every index: data left over from an earlier repeat cannot pass for the current one.
+    """
+
+    def __init__(self, n: int, dtype: str):
+        import numpy as np
+
+        store, exp_bits, man_bits, exp_lo, exp_span = _PATTERN_FORMATS[dtype]
+        self.dtype, self.store, self.man_bits = dtype, store, man_bits
+        width = np.dtype(store).itemsize * 8
+        h = np.arange(n, dtype=np.uint32)
+        h *= np.uint32(0x9E3779B1)
+        h ^= h >> np.uint32(16)
+        h *= np.uint32(0x85EBCA6B)
+        h ^= h >> np.uint32(13)
+        if not exp_bits:  # integers: odd, so never zero
+            base = h | np.uint32(1)
+        else:
+            sign = (h >> np.uint32(31)) << np.uint32(width - 1)
+            exponent = (exp_lo + (h >> np.uint32(man_bits)) % np.uint32(exp_span)) << np.uint32(man_bits)
+            base = sign | exponent | (h & np.uint32((1 << man_bits) - 1))
+        self.base = base.astype(f"u{width // 8}")
+
+    @staticmethod
+    def itemsize(dtype: str) -> int:
+        import numpy as np
+
+        return np.dtype(_PATTERN_FORMATS[dtype][0]).itemsize
+
+    def mask(self, seed: int) -> int:
+        """Non-zero for seeds 1..127 and distinct between them (37 is odd: a bijection mod 2**7)."""
+        low = (seed * 37) % 128
+        return low << 1 if self.man_bits == 31 else low << (self.man_bits - 7)
+
+    def values(self, seed: int) -> Any:
+        """A new contiguous array of the pattern for `seed` (stored as `self.store`)."""
+        import numpy as np
+
+        return (self.base ^ self.base.dtype.type(self.mask(seed))).view(np.dtype(self.store))
+
+
+# --- torch <-> numpy without torch's own casts -------------------------------------------------
+
+
+def tensor_bits(t: Any) -> Any:
+    """A host numpy array of a tensor's bit patterns (uint, same shape), read back with `.cpu()`."""
+    import torch
+
+    int_type = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return bits(t.detach().view(int_type).cpu().numpy())
+
+
+def to_numpy(t: Any) -> Any:
+    """A host numpy copy of a tensor's values; bfloat16 is widened to float32 in numpy, exactly."""
+    import numpy as np
+
+    if dtype_name(t.dtype) == "bfloat16":
+        return bf16_value(tensor_bits(t))
+    return np.array(t.detach().cpu().numpy(), copy=True)
+
+
+def from_numpy(x: Any, dtype: Any) -> Any:
+    """A CPU tensor holding `x` rounded to `dtype` by numpy (`round_to`), not by torch's cast."""
+    import numpy as np
+    import torch
+
+    name = dtype_name(dtype)
+    x = np.ascontiguousarray(x)
+    if name == "bfloat16":
+        return torch.from_numpy(bf16_bits(x).view(np.int16)).view(torch.bfloat16)
+    with np.errstate(over="ignore"):
+        return torch.from_numpy(x.astype(name))
