@@ -284,7 +284,7 @@ def attention_sdpa(ctx, backend, dtype):
 # --- the seeds' model: a ~2.9M-parameter actor-critic with attention ------------------------
 
 OBS, EMBED, MODEL_HEADS, HIDDEN, BLOCKS, ACTIONS = 64, 256, 8, 512, 4, 16
-AGENTS, TOKENS, MICRO_BATCHES = 32, 16, 4
+AGENTS, TOKENS, MICRO_BATCHES = 16, 8, 4
 # Per-parameter max |got - ref| / max |ref|. Broken attention gradients (zeros, NaN, garbage) give ~1;
 # bf16 autocast rounding reaches ~5e-2 on small cancellation-prone tensors (measured on the CPU).
 MODEL_TOLERANCE = {"fp32": 2e-3, "bf16": 0.15}
@@ -350,12 +350,10 @@ def actor_critic_loss(model, obs, actions, returns, explicit=False):
 
 
 def reference_gradients(model, obs, actions, returns):
-    """Float64, CPU, explicit attention, `torch.autograd.grad` over the whole batch."""
-    import copy
-
+    """Float64, CPU, explicit attention, `torch.autograd.grad` over the whole batch (consumes `model`)."""
     import torch
 
-    ref = copy.deepcopy(model).to("cpu", torch.float64)
+    ref = model.to("cpu", torch.float64)
     params = list(ref.parameters())
     chunks = zip(obs.chunk(MICRO_BATCHES), actions.chunk(MICRO_BATCHES), returns.chunk(MICRO_BATCHES))
     loss = sum(actor_critic_loss(ref, o.double(), a, r.double(), explicit=True) for o, a, r in chunks) / MICRO_BATCHES
@@ -389,6 +387,8 @@ def accumulate_gradients(ctx, backend, model, obs, actions, returns, autocast_dt
     variants={"backend": list(BACKENDS)},
 )
 def attention_model(ctx, backend):
+    import copy
+
     import numpy as np
     import torch
 
@@ -398,7 +398,7 @@ def attention_model(ctx, backend):
     returns = torch.from_numpy(exact_values(rng, (AGENTS,))).float()
     model = actor_critic()
     ctx.measure(parameters=sum(p.numel() for p in model.parameters()))
-    reference = reference_gradients(model, obs, actions, returns)
+    initial = copy.deepcopy(model)
     model = model.to(ctx.device)
     inputs = [t.to(ctx.device, copy=True) for t in (obs, actions, returns)]
     for dtype in ("fp32", "bf16"):  # fused backends may have no fp32 kernel: train as users would, in bf16
@@ -411,6 +411,7 @@ def attention_model(ctx, backend):
             reason = str(exc)
     else:
         ctx.skip(f"{backend} attention has no kernel for this model on {ctx.device}: {reason}")
+    reference = reference_gradients(initial, obs, actions, returns)
     results = {name: relative_error(host(p.grad), ref) for (name, p), ref in zip(model.named_parameters(), reference)}
     worst = max(results, key=lambda n: results[n])
     ctx.measure(dtype=dtype, worst_gradient=worst, worst_error=results[worst][0])

@@ -6,6 +6,7 @@ data the faults produce. Hang cases use small timeouts so the file stays fast.
 """
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 
@@ -35,3 +36,274 @@ def test_per_variant_env_is_in_the_childs_initial_environment_and_recorded(rocm_
         v = verdicts[f"env-probe[{value}]"]
         assert v["status"] == "pass", v["message"]
         assert v["env"] == {"ROCMCHECK_OTHER": "1", "ROCMCHECK_TEST_VALUE": value}
+
+
+def probe_module(name):
+    """A built-in probe module as loaded by the registry (for its pure decision functions)."""
+    from rocmcheck import registry
+
+    registry.load_all()
+    return sys.modules[f"rocmcheck.probes.{name}"]
+
+
+def install_fault(monkeypatch, spec, *restore):
+    """Install a fault in this process; `restore` lists (owner, name) to put back after the test."""
+    from rocmcheck import faults
+
+    for owner, name in restore:
+        monkeypatch.setattr(owner, name, getattr(owner, name))
+    return faults.install(faults.parse(spec), "allocator")
+
+
+# --- every probe without faults: pass or an honest skip -------------------------------------
+
+
+def test_system_probes_pass_or_skip_with_reason_on_cpu(rocm_run):
+    verdicts = by_variant(rocm_run(probe="*", keyword="attention or allocator or multigpu or workers"))
+    statuses = {v["status"] for v in verdicts.values()}
+    assert statuses <= {"pass", "skip"}, {k: (v["status"], v["message"]) for k, v in verdicts.items()
+                                          if v["status"] not in ("pass", "skip")}
+    for name in ("attention-sdpa[math-fp32]", "attention-sdpa[math-bf16]", "attention-sdpa[flash-fp16]",
+                 "attention-model[math]", "multigpu-gloo", "workers-dataloader", "workers-ipc"):
+        assert verdicts[name]["status"] == "pass", (name, verdicts[name]["message"])
+    assert "not available for fp32 on cpu" in verdicts["attention-sdpa[efficient-fp32]"]["message"]
+    for name in ("allocator[expandable]", "multigpu-peer-copy[direct]", "multigpu-nccl[disabled]"):
+        assert verdicts[name]["status"] == "skip" and "GPU" in verdicts[name]["message"]
+    model = verdicts["attention-model[math]"]["measurements"]
+    assert 2_800_000 < model["parameters"] < 3_000_000 and model["worst_error"] < 1e-4
+    cases = verdicts["attention-sdpa[flash-bf16]"]["measurements"]["cases"]
+    assert set(cases) == {"d64", "d80", "d128", "causal", "left-pad", "v-strided", "len-77", "mha"}
+    ranks = verdicts["multigpu-gloo"]["measurements"]["ranks"]
+    assert len(ranks) == 2 and all(c["ok"] for r in ranks.values() for c in r.values())
+    assert set(ranks["0"]) == {"all_reduce", "ddp", "fsdp"}
+
+
+# --- attention ---------------------------------------------------------------------------
+
+
+def test_backward_hang_under_one_backend_is_hang_for_that_backend_only(rocm_run):
+    verdicts = by_variant(rocm_run(probe="attention-*", keyword="(math or flash) and (fp32 or model)",
+                                   inject="sdpa-backward-hang:flash", timeout=8))
+    assert len(verdicts) == 4
+    hung = {k for k, v in verdicts.items() if v["status"] == "hang"}
+    assert hung == {"attention-sdpa[flash-fp32]", "attention-model[flash]"}
+    assert verdicts["attention-sdpa[math-fp32]"]["status"] == "pass"
+    assert verdicts["attention-model[math]"]["status"] == "pass"
+    for name in hung:
+        evidence = verdicts[name]["evidence"]
+        assert "in backward" in evidence["stack"] and "_engine_run_backward" in evidence["stack"]
+        assert evidence["output_tail"].strip().splitlines()[-1].startswith("attention flash")
+        assert evidence["output_tail"].strip().endswith("backward")
+        assert "attention-backward-hang" in [k["id"] for k in verdicts[name]["known_issues"]]
+
+
+def test_wrong_output_with_non_contiguous_v_fails_naming_the_case(rocm_run):
+    verdicts = by_variant(rocm_run(probe="attention-sdpa", keyword="fp32 and (math or flash)",
+                                   inject="sdpa-wrong:flash"))
+    assert verdicts["attention-sdpa[math-fp32]"]["status"] == "pass"
+    flash = verdicts["attention-sdpa[flash-fp32]"]
+    assert flash["status"] == "fail" and "v-strided: out error" in flash["message"]
+    assert "d64" not in flash["message"]  # contiguous cases stay right
+    assert flash["measurements"]["cases"]["v-strided"]["out"] > 0.01
+
+
+def test_attention_reference_matches_finite_differences():
+    import numpy as np
+
+    att = probe_module("attention")
+    rng = np.random.default_rng(0)
+    q, k, v, g = (rng.standard_normal((1, 1, 5, 3)) for _ in range(4))
+    allowed = np.tril(np.ones((5, 5), dtype=bool))
+    allowed[0, :] = False  # a fully masked row: output 0, no gradient
+    ref = att.attention_reference(q, k, v, allowed, g)
+    assert np.all(ref["out"][0, 0, 0] == 0)
+    eps = 1e-6
+    for name, x in (("dq", q), ("dk", k), ("dv", v)):
+        bumped = x.copy()
+        bumped[0, 0, 2, 1] += eps
+        args = {"dq": (bumped, k, v), "dk": (q, bumped, v), "dv": (q, k, bumped)}[name]
+        numeric = ((att.attention_reference(*args, allowed, g)["out"] - ref["out"]) * g).sum() / eps
+        assert abs(numeric - ref[name][0, 0, 2, 1]) < 1e-4, name
+
+
+# --- multi-GPU -----------------------------------------------------------------------------
+
+
+def test_all_reduce_never_returning_is_hang_with_the_ranks_stacks(rocm_run):
+    (verdict,) = rocm_run(probe="multigpu-gloo", inject="all_reduce-hang", timeout=5)
+    assert verdict["status"] == "hang"
+    tail = verdict["evidence"]["output_tail"]
+    assert "rank 0 did not finish" in tail and "rank 1 did not finish" in tail
+    assert "all_reduce_never_returns" in tail and "check_all_reduce" in tail
+    assert "report_hang_to_watchdog" in verdict["evidence"]["stack"]
+
+
+def test_all_reduce_wrong_sum_fails(rocm_run):
+    (verdict,) = rocm_run(probe="multigpu-gloo", inject="all_reduce-wrong")
+    assert verdict["status"] == "fail"
+    assert "rank 0 all_reduce: 4099 of 4099 sums wrong" in verdict["message"]
+    ranks = verdict["measurements"]["ranks"]
+    assert ranks["1"]["ddp"]["ok"] and ranks["1"]["fsdp"]["ok"]  # the C++ reducer was not patched
+
+
+def test_rank_program_runs_under_torchrun_and_takes_exported_faults(tmp_path):
+    """The fleet path: the documented torchrun command, with a fault exported to the ranks."""
+    import os
+    import subprocess
+
+    script = probe_module("multigpu").__file__
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", script,
+           "--backend", "gloo", "--checks", "all_reduce", "--timeout", "60"]
+    env = {**os.environ, "ROCMCHECK_RANK_FAULTS": "all_reduce-wrong"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode != 0 and len(lines) == 2
+    assert {r["rank"] for r in lines} == {0, 1}
+    assert all(not r["checks"]["all_reduce"]["ok"] for r in lines)
+
+
+def test_inventory_flags_mixed_archs_and_missing_iommu_pt():
+    mg = probe_module("multigpu")
+    assert mg.inventory_risks(["gfx1100", "gfx1100"], ["iommu=pt"], "rocm") == []
+    assert mg.inventory_risks(["gfx1100"], [], "rocm") == []  # one GPU: RCCL not involved
+    risks = mg.inventory_risks(["gfx1030", "gfx1201"], ["amdgpu.ppfeaturemask=0xffffffff"], "rocm")
+    assert len(risks) == 2 and "mixed architectures gfx1030, gfx1201" in risks[0] and "iommu=pt" in risks[1]
+    assert mg.inventory_risks(["sm_90", "sm_90"], [], "cuda") == []
+    assert mg.inventory_risks(["gfx942", "gfx942"], None, "rocm") == []  # command line unreadable: no claim
+
+
+def test_dataparallel_hang_fault_blocks_forward(monkeypatch):
+    import threading
+
+    import torch
+
+    from rocmcheck import faults
+
+    monkeypatch.setattr(torch.nn.DataParallel, "forward", torch.nn.DataParallel.forward)
+    faults.install(faults.parse("dataparallel-hang"), "multigpu-dataparallel")
+    parallel = torch.nn.DataParallel(torch.nn.Linear(2, 2))
+    call = threading.Thread(target=parallel, args=(torch.ones(1, 2),), daemon=True)
+    call.start()
+    call.join(0.5)
+    assert call.is_alive()
+
+
+# --- allocator (GPU-only: the decisions, fed with what the faults produce) -----------------
+
+
+def test_allocator_variable_follows_the_torch_version():
+    alloc = probe_module("allocator")
+    assert alloc.read_order("2.4.1+rocm6.0", "rocm") == ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"]
+    assert alloc.read_order("2.9.1+cu128", "cuda") == ["PYTORCH_CUDA_ALLOC_CONF"]  # pytorch #183387
+    assert alloc.read_order("2.13.0+rocm7.2", "rocm")[0] == "PYTORCH_ALLOC_CONF"
+    assert alloc.variable_to_set("2.10.0") == "PYTORCH_CUDA_ALLOC_CONF"
+    assert alloc.variable_to_set("2.13.0+rocm7.2") == "PYTORCH_ALLOC_CONF"
+    assert alloc.variant_env({"setting": "default"}) == {}
+    assert alloc.variant_env({"setting": "expandable-split128"}) == {
+        alloc.variable_to_set(alloc.installed_torch_version()): "expandable_segments:True,max_split_size_mb:128"}
+    environ = {"PYTORCH_HIP_ALLOC_CONF": "a:1", "PYTORCH_CUDA_ALLOC_CONF": "b:2"}
+    assert alloc.effective_conf(environ, alloc.read_order("2.4.1", "rocm")) == ("PYTORCH_CUDA_ALLOC_CONF", "b:2")
+    assert alloc.parse_conf(" Expandable_Segments:True, max_split_size_mb:128") == {
+        "expandable_segments": "True", "max_split_size_mb": "128"}
+
+
+HEALTHY_SNAPSHOT = {"allocator_settings": {"expandable_segments": True, "max_split_size": 128 << 20,
+                                           "garbage_collection_threshold": 0.0},
+                    "segments": [{"is_expandable": True, "total_size": 2 << 20}]}
+
+
+def test_expandable_segments_ignored_with_the_warning_is_warned(monkeypatch):
+    import warnings
+
+    import torch
+
+    alloc = probe_module("allocator")
+    requested = alloc.parse_conf("expandable_segments:True,max_split_size_mb:128")
+    assert alloc.ignored_options(requested, HEALTHY_SNAPSHOT, []) == []
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda *a, **k: HEALTHY_SNAPSHOT)
+    install_fault(monkeypatch, "expandable-ignored")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        snapshot = torch.cuda.memory._snapshot()
+    (problem,) = alloc.ignored_options(requested, snapshot, [str(w.message) for w in caught])
+    assert problem.startswith("expandable_segments:True is silently ignored")
+    for evidence in ("not supported on this platform", "expandable_segments=False", "none of 1 segments"):
+        assert evidence in problem
+
+
+def test_allocator_options_not_in_effect_are_named():
+    alloc = probe_module("allocator")
+    requested = alloc.parse_conf("garbage_collection_threshold:0.8,max_split_size_mb:128")
+    settings = {"max_split_size": 2**64 - 1, "garbage_collection_threshold": 0.0}
+    problems = alloc.ignored_options(requested, {"allocator_settings": settings}, [])
+    assert len(problems) == 2
+    assert "max_split_size_mb:128 is not in effect" in problems[0]
+    assert "garbage_collection_threshold:0.8 is not in effect" in problems[1]
+
+
+def _cycles(alloc, cycles=64):
+    import torch
+
+    return alloc.run_cycles("cpu", cycles, 1 << 20, 1 << 20, lambda: torch.cuda.memory_reserved(),
+                            lambda: torch.cuda.memory_allocated())
+
+
+def test_allocation_cycles_keep_the_canary_and_no_growth_without_faults():
+    alloc = probe_module("allocator")
+    slack = _cycles(alloc)
+    assert len(slack) == 64 and alloc.unbounded_growth(slack) is None
+
+
+def test_corrupted_canary_fails(monkeypatch):
+    import torch
+
+    import rocmcheck
+
+    alloc = probe_module("allocator")
+    install_fault(monkeypatch, "canary-corrupt", (torch, "empty"))
+    with pytest.raises(rocmcheck.ProbeFailure, match=r"canary corrupted at cycle \d+: 262144 of 262144 words "
+                                                     r"changed \(262144 now zero\)"):
+        _cycles(alloc)
+
+
+def test_reserved_memory_growing_every_cycle_fails(monkeypatch):
+    import torch
+
+    alloc = probe_module("allocator")
+    install_fault(monkeypatch, "reserved-growth", (torch.cuda, "memory_reserved"))
+    message = alloc.unbounded_growth(_cycles(alloc))
+    assert message and "kept growing" in message and "+138.0 MiB per cycle" in message
+
+
+def test_growth_detector_ignores_warm_up_plateaus_and_jitter():
+    alloc = probe_module("allocator")
+    period = alloc.PERIOD
+    steady = [100 + 40 * (i % period) + (300 if i < 2 * period else 0) for i in range(200)]
+    assert alloc.unbounded_growth(steady) is None
+    creeping = [v + 0.5 * (i // period) for i, v in enumerate(steady)]  # +0.5 MiB per period: noise
+    assert alloc.unbounded_growth(creeping) is None
+    leak = [v + 20 * i for i, v in enumerate(steady)]
+    assert "+20.0 MiB per cycle" in alloc.unbounded_growth(leak)
+    stopped = leak[:100] + [leak[99]] * 100  # grew, then flat for many periods
+    assert alloc.unbounded_growth(stopped) is None
+    assert alloc.unbounded_growth(leak[:5 * period]) is None  # too few periods to tell
+
+
+# --- workers and IPC ------------------------------------------------------------------------
+
+
+def test_corrupted_batches_and_lost_ipc_writes_fail(rocm_run):
+    verdicts = by_variant(rocm_run(probe="workers-*", inject="loader-corrupt@workers-dataloader,"
+                                                            "ipc-corrupt@workers-ipc"))
+    loader, ipc = verdicts["workers-dataloader"], verdicts["workers-ipc"]
+    assert loader["status"] == "fail" and "batch 0: 1 values differ from the dataset" in loader["message"]
+    assert ipc["status"] == "fail" and "65536 of 65536 elements do not show the child's change" in ipc["message"]
+
+
+def test_gpu_ipc_on_windows_is_a_skip_not_a_failure(monkeypatch):
+    import rocmcheck
+
+    workers = probe_module("workers")
+    monkeypatch.setattr(sys, "platform", "win32")
+    with pytest.raises(rocmcheck.Skip, match="unsupported on Windows"):
+        workers.workers_ipc(rocmcheck.ProbeContext(device="cuda:0"))
