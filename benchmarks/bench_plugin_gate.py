@@ -1,0 +1,79 @@
+"""Whole-process timings for the design's bars (design.md, "Performance bars").
+
+Run: python -m pytest benchmarks/bench_plugin_gate.py --benchmark-columns=min,median,max
+(not collected by the default `pytest`, whose testpaths are tests/).
+
+- group "gate": `rocmcheck gate --device cpu` against `python -c "import torch"`, for
+  the default gate and a light one (config-lint + device-smoke, near-zero probe work).
+  Bar: gate <= 1.5 x import torch + the probes' own work; each gate's extra_info holds
+  that work (sum of `probe_s`), the children's wall time and the verdict counts.
+- group "plugin": `pytest` on a one-test file with the plugin autoloaded (no
+  --rocm-matrix) against `-p no:rocmcheck`. Bar: no measurable difference.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from rocmcheck.storage import load_report
+
+ROUNDS = 5
+
+
+def _run(argv: List[str], cwd: Path, ok: tuple = (0,)) -> None:
+    done = subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert done.returncode in ok, done.stderr[-2000:]
+
+
+def _timed(benchmark, argv: List[str], cwd: Path) -> None:
+    benchmark.pedantic(_run, args=(argv, cwd), rounds=ROUNDS, iterations=1, warmup_rounds=1)
+
+
+@pytest.mark.benchmark(group="gate")
+def test_import_torch(benchmark, tmp_path: Path) -> None:
+    _timed(benchmark, [sys.executable, "-c", "import torch"], tmp_path)
+
+
+GATES = {
+    "default": [],  # what users run: every gate probe, its work grows with the probe set
+    "light": ["--require", "config-lint", "--require", "device-smoke"],  # near-zero probe work: the overhead
+}
+
+
+@pytest.mark.benchmark(group="gate")
+@pytest.mark.parametrize("gate", list(GATES))
+def test_gate_cpu_whole_process(benchmark, tmp_path: Path, gate: str) -> None:
+    report_path = tmp_path / "gate.json"
+    argv = [sys.executable, "-m", "rocmcheck", "gate", "--device", "cpu", *GATES[gate], "--out-dir", str(tmp_path),
+            "--json", str(report_path)]
+    rounds = 3 if gate == "default" else ROUNDS
+    # GO or NO-GO are both a complete gate; exit 2 is not
+    benchmark.pedantic(_run, args=(argv, tmp_path, (0, 1)), rounds=rounds, iterations=1, warmup_rounds=1)
+    report = load_report(report_path)
+    benchmark.extra_info["variants"] = len(report["verdicts"])
+    benchmark.extra_info["counts"] = report["run"]["counts"]
+    benchmark.extra_info["probe_work_s"] = round(sum(v["measurements"].get("probe_s", 0.0)
+                                                    for v in report["verdicts"]), 4)
+    benchmark.extra_info["children_s"] = round(sum(v["duration_s"] for v in report["verdicts"]), 4)
+
+
+@pytest.fixture
+def trivial_project(tmp_path: Path) -> Path:
+    (tmp_path / "test_trivial.py").write_text("def test_one():\n    assert True\n")
+    return tmp_path
+
+
+@pytest.mark.benchmark(group="plugin")
+def test_pytest_with_plugin_autoloaded(benchmark, trivial_project: Path) -> None:
+    _timed(benchmark, [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_trivial.py"],
+           trivial_project)
+
+
+@pytest.mark.benchmark(group="plugin")
+def test_pytest_with_plugin_disabled(benchmark, trivial_project: Path) -> None:
+    _timed(benchmark, [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:rocmcheck",
+                       "test_trivial.py"], trivial_project)
