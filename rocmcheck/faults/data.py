@@ -247,7 +247,8 @@ def _grad_zeros(arg: Optional[str]) -> None:
 
     def enter(orig: Callable[..., Any]) -> Callable[..., Any]:
         def wrapped(self, *args, **kwargs):
-            pending.autocast = True
+            if self._enabled:  # checkpointing re-enters disabled autocast contexts: not an autocast forward
+                pending.autocast = True
             return orig(self, *args, **kwargs)
         return wrapped
 
