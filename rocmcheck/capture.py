@@ -43,9 +43,8 @@ class OutputDrain:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                ready, _, _ = select.select([self.fd], [], [], 0.1)
-                if ready:
-                    data = os.read(self.fd, 1 << 16)
+                if os.name == "nt" or select.select([self.fd], [], [], 0.1)[0]:  # Windows: no select on pipes;
+                    data = os.read(self.fd, 1 << 16)  # the job kill closes every writer there
                     if not data:
                         break
                     self._feed(data)

@@ -17,7 +17,8 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict, Optional, TextIO
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, TextIO
 
 from . import faults, registry
 from .context import ProbeContext
@@ -28,18 +29,28 @@ from .model import Status
 _stack_file: Optional[TextIO] = None  # faulthandler needs the file kept open
 
 
-def watch_lifeline(fd: int = 0) -> None:
-    """Kill our whole process group when the parent's end of the lifeline closes."""
+def watch_lifeline(fd: int = 0, on_line: Optional[Callable[[str], None]] = None) -> None:
+    """Kill our whole process group when the parent's end of the lifeline closes.
+
+    The first line written on the lifeline (a spawned child's task path) goes to `on_line`.
+    """
 
     def wait_for_eof() -> None:
+        buffer = b""
         try:
-            while os.read(fd, 4096):
-                pass
+            while True:
+                data = os.read(fd, 4096)
+                if not data:
+                    break
+                if on_line is not None and b"\n" not in buffer:
+                    buffer += data
+                    if b"\n" in buffer:
+                        on_line(buffer.split(b"\n", 1)[0].decode())
         except OSError:
             pass
         if hasattr(os, "killpg"):
             os.killpg(os.getpgrp(), signal.SIGKILL)
-        os._exit(70)
+        os._exit(70)  # Windows: the job (kill-on-close) takes the rest with the parent
 
     threading.Thread(target=wait_for_eof, name="rocmcheck-lifeline", daemon=True).start()
 
@@ -141,6 +152,7 @@ def execute(task: Dict[str, Any]) -> None:
     """Everything a child does once it has its task; never returns normally."""
     os.environ.update(task.get("env", {}))
     arm_stack_dumps(task["stack_path"], float(task.get("timeout", 60)))
+    Path(task["started_path"]).touch()  # the watchdog's timeout runs from here
     try:
         result = run_call(task) if task.get("call") else run_probe(task)
     except BaseException as exc:  # noqa: BLE001 - harness failure inside the child: still a result
@@ -164,16 +176,14 @@ def preload(probes_paths: Any = ()) -> None:
 
 
 def main() -> None:
-    """Spawned child: preload, then read the task file's path from the lifeline."""
+    """Spawned child: watch the lifeline from the first moment (a parent that dies while
+    we import torch must not leave us behind), preload, then run the task it names."""
+    task_path: List[str] = []
+    got_task = threading.Event()
+    watch_lifeline(0, on_line=lambda line: (task_path.append(line.strip()), got_task.set()))
     preload(json.loads(os.environ.get("ROCMCHECK_CHILD_PROBES_PATHS", "[]")))
-    line = b""
-    while not line.endswith(b"\n"):
-        chunk = os.read(0, 1)
-        if not chunk:
-            os._exit(71)  # parent went away before sending a task
-        line += chunk
-    watch_lifeline(0)
-    with open(line.decode().strip(), encoding="utf-8") as fh:
+    got_task.wait()
+    with open(task_path[0], encoding="utf-8") as fh:
         execute(json.load(fh))
 
 

@@ -14,7 +14,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional
 
-from .proctree import signal_tree
+from .proctree import kill_leftovers, signal_tree
+
+WINDOWS = os.name == "nt"
 
 CHILD_PATHS_ENV = "ROCMCHECK_CHILD_PROBES_PATHS"
 
@@ -28,6 +30,24 @@ class ChildProcess:
     lifeline_fd: int  # write end of its stdin; closing it tells the child to die
     popen: Optional[subprocess.Popen] = field(default=None, repr=False)
     zygote: Any = field(default=None, repr=False)
+    job: Any = field(default=None, repr=False)  # Windows job object holding the tree
+
+    def signal_tree(self, sig: int) -> None:
+        """Signal the child and everything it started (process group, or job on Windows)."""
+        if self.job is None:
+            signal_tree(self.pid, sig)
+        elif sig == signal.SIGTERM:
+            self.popen.terminate()  # TerminateProcess of the child alone: Windows has no gentle TERM
+        else:
+            self.job.terminate()
+
+    def kill_leftovers(self, thorough: bool) -> int:
+        """After the child ended, kill what it left behind; returns how many were found."""
+        if self.job is None:
+            return kill_leftovers(self.pid, thorough)
+        self.job.terminate()
+        self.job.close()
+        return 0
 
     def wait(self, timeout: float) -> Optional[int]:
         """The return code (negative for a signal) once it ended, else None after `timeout` s."""
@@ -65,15 +85,23 @@ class SpawnLauncher:
     def _start(self, env: Dict[str, str]) -> ChildProcess:
         out_r, out_w = os.pipe()
         life_r, life_w = os.pipe()
+        flags = subprocess.CREATE_NEW_PROCESS_GROUP if WINDOWS else 0  # type: ignore[attr-defined]
         try:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "rocmcheck.child"], stdin=life_r, stdout=out_w, stderr=out_w,
-                env=child_env(None, env, self.probes_paths), start_new_session=True, close_fds=True,
+                env=child_env(None, env, self.probes_paths), start_new_session=not WINDOWS, close_fds=True,
+                creationflags=flags,
             )
         finally:
             os.close(out_w)
             os.close(life_r)
-        return ChildProcess(popen.pid, out_r, life_w, popen=popen)
+        child = ChildProcess(popen.pid, out_r, life_w, popen=popen)
+        if WINDOWS:  # assigned before the task is sent, so no probe code runs outside the job
+            from .winjob import Job
+
+            child.job = Job()
+            child.job.assign(popen._handle)  # type: ignore[attr-defined]
+        return child
 
     def launch(self, task_path: str, env: Dict[str, str]) -> ChildProcess:
         """Hand the task to the standby child (same base environment) or a new one."""
@@ -89,7 +117,7 @@ class SpawnLauncher:
     def close(self) -> None:
         """Retire the standby child; it has run nothing, so it is simply killed."""
         if self._standby is not None:
-            signal_tree(self._standby.pid, signal.SIGKILL)
+            self._standby.signal_tree(signal.SIGKILL)
             self._standby.popen.wait()
             self._standby.close_lifeline()
             os.close(self._standby.out_fd)

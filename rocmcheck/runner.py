@@ -123,6 +123,7 @@ class Runner:
         self._seq += 1
         base = self.tmp / f"{self._seq:04d}"
         return {"result_path": f"{base}.result.json", "stack_path": f"{base}.stack",
+                "started_path": f"{base}.started",
                 "probes_paths": [str(p) for p in self.opts.probes_paths], "faults": self.opts.inject, **fields}
 
     def _launch(self, task: Dict[str, Any], env: Dict[str, str], fresh: bool) -> ChildEnd:
@@ -133,7 +134,7 @@ class Runner:
         if (fresh or env) and self.isolation == "zygote":
             launcher = SpawnLauncher(task["probes_paths"], prestart=False)  # env before `import torch`
         child = launcher.launch(str(task_path), env)
-        return supervise(child, float(task["timeout"]))
+        return supervise(child, float(task["timeout"]), task["started_path"])
 
     # --- device ------------------------------------------------------------------------
 
@@ -351,6 +352,9 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
     if end.timed_out:
         status = Status.HANG
         message = f"no verdict within {timeout:g}s; child killed ({', '.join(end.kill_steps)})"
+        if end.never_started:
+            message = f"the child never started its task (stuck starting Python or importing torch); " \
+                      f"killed ({', '.join(end.kill_steps)})"
         if end.unkillable:
             message = f"no verdict within {timeout:g}s and the child could not be killed " \
                       f"(state {end.state.get('status', '?')}); remaining GPU probes skipped"

@@ -15,11 +15,13 @@ from typing import Dict, Optional
 
 from .capture import OutputDrain
 from .launch import ChildProcess
-from .proctree import kill_leftovers, process_state, signal_tree
+from .proctree import process_state
 
 STACK_WAIT_S = 0.3
 TERM_GRACE_S = 0.5
 KILL_WAIT_S = 1.0
+STARTUP_LIMIT_S = 300.0  # interpreter start + `import torch`, not counted in a probe's timeout
+SIGKILL = getattr(signal, "SIGKILL", 9)  # Windows: the job is terminated instead
 
 
 @dataclass
@@ -29,6 +31,7 @@ class ChildEnd:
     returncode: Optional[int]
     elapsed_s: float
     timed_out: bool = False
+    never_started: bool = False  # timed out before the child began its task (stuck importing)
     unkillable: bool = False
     output: str = ""
     output_bytes: int = 0
@@ -46,9 +49,9 @@ def _kill_after_timeout(child: ChildProcess, end: ChildEnd) -> None:
         except OSError:
             pass
         time.sleep(STACK_WAIT_S)
-    for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, KILL_WAIT_S)):
-        signal_tree(child.pid, sig)
-        end.kill_steps.append(signal.Signals(sig).name)
+    for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (SIGKILL, KILL_WAIT_S)):
+        child.signal_tree(sig)
+        end.kill_steps.append("SIGTERM" if sig == signal.SIGTERM else "SIGKILL")
         end.returncode = child.wait(wait)
         if end.returncode is not None:
             return
@@ -56,29 +59,43 @@ def _kill_after_timeout(child: ChildProcess, end: ChildEnd) -> None:
     end.state = process_state(child.pid)
 
 
-def supervise(child: ChildProcess, timeout: float) -> ChildEnd:
-    """Wait for `child` at most `timeout` s; always returns, always leaves no tree behind
-    (save an unkillable process). An interrupt (Ctrl-C, SIGTERM) kills the tree and re-raises."""
+def _started_at(path: Optional[str]) -> Optional[float]:
+    """When the child began its task (the mtime of its marker file), on the monotonic clock."""
+    try:
+        return time.monotonic() - max(time.time() - os.stat(path).st_mtime, 0.0) if path else None
+    except OSError:
+        return None
+
+
+def supervise(child: ChildProcess, timeout: float, started_path: Optional[str] = None,
+              startup_limit: float = STARTUP_LIMIT_S) -> ChildEnd:
+    """Wait for `child`; always returns, always leaves no tree behind (save an unkillable
+    process). The `timeout` runs from the moment the child marks `started_path` (so a slow
+    interpreter start or `import torch` on a loaded machine is not counted), within an
+    overall `startup_limit`. An interrupt (Ctrl-C, SIGTERM) kills the tree and re-raises."""
     drain = OutputDrain(child.out_fd)
     start = time.monotonic()
-    deadline = start + timeout
+    began = None if started_path else start
     end = ChildEnd(returncode=None, elapsed_s=0.0)
     try:
         while end.returncode is None:
+            began = began if began is not None else _started_at(started_path)
+            deadline = began + timeout if began is not None else start + startup_limit + timeout
             left = deadline - time.monotonic()
             if left <= 0:
                 end.timed_out = True
+                end.never_started = began is None
                 _kill_after_timeout(child, end)
                 break
-            end.returncode = child.wait(min(left, 0.25))
+            end.returncode = child.wait(min(left, 0.25 if began is not None else 0.02))
     except BaseException:
-        signal_tree(child.pid, signal.SIGKILL)
+        child.signal_tree(SIGKILL)
         child.wait(KILL_WAIT_S)
         raise
     finally:
-        end.elapsed_s = time.monotonic() - start
+        end.elapsed_s = time.monotonic() - (began if began is not None else start)
         if not end.unkillable:
-            end.leftovers_killed = kill_leftovers(child.pid, thorough=end.timed_out)
+            end.leftovers_killed = child.kill_leftovers(thorough=end.timed_out)
         child.close_lifeline()
         drain.finish(timeout=0.5 if end.timed_out else 2.0)
         end.output, end.output_bytes, end.output_cut = drain.text(), drain.total, drain.truncated

@@ -253,8 +253,8 @@ def test_unkillable_child_is_abandoned_and_later_gpu_probes_skip(monkeypatch):
 
     real = runner_mod.supervise
 
-    def stuck_first(child, timeout):
-        end = real(child, timeout)
+    def stuck_first(child, *args):
+        end = real(child, *args)
         if not getattr(stuck_first, "done", False):
             stuck_first.done = True
             end.timed_out, end.unkillable, end.state = True, True, {"status": "disk-sleep"}
@@ -291,6 +291,31 @@ def test_watchdog_gives_up_on_an_unkillable_child_in_bounded_time():
     assert time.monotonic() - start < 4
     assert end.kill_steps[-1] == "SIGKILL"
     sleeper.wait(5)
+
+
+def test_timeout_runs_from_the_childs_start_not_from_its_launch(tmp_path):
+    """A slow interpreter start (a loaded machine importing torch) is not a hang."""
+    marker = tmp_path / "started"
+    code = f"import time, pathlib; time.sleep(1.0); pathlib.Path({str(marker)!r}).touch(); time.sleep(0.5)"
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    r, w = os.pipe()
+    os.close(w)
+    life_r, life_w = os.pipe()
+    os.close(life_r)
+    end = supervise(ChildProcess(proc.pid, r, life_w, popen=proc), timeout=0.9, started_path=str(marker))
+    assert not end.timed_out and end.returncode == 0
+    assert end.elapsed_s < 0.9  # measured from the start marker, not from the launch
+
+
+def test_child_that_never_starts_its_task_is_a_hang_saying_so(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    r, w = os.pipe()
+    os.close(w)
+    life_r, life_w = os.pipe()
+    os.close(life_r)
+    end = supervise(ChildProcess(proc.pid, r, life_w, popen=proc), timeout=0.2,
+                    started_path=str(tmp_path / "never"), startup_limit=0.3)
+    assert end.timed_out and end.never_started and end.returncode is not None
 
 
 def test_device_that_is_not_present_is_a_usage_error():
