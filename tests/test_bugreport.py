@@ -185,3 +185,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     captured = capsys.readouterr()
     assert message in captured.err and captured.err.count("\n") == 1 and "Traceback" not in captured.err
     assert list(tmp_path.glob("*.md")) == []
+
+
+def test_help_and_from_do_not_import_torch(tmp_path):
+    import subprocess
+
+    source = _saved_report(tmp_path, [_verdict("device-smoke", "fail", "zeros")])
+    code = ("import sys, contextlib, io\nfrom rocmcheck.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    assert main(['report', '--from', {str(source)!r}, '-o', {str(tmp_path / 'r.md')!r}]) == 0\n"
+            "    try:\n        main(['report', '--help'])\n    except SystemExit:\n        pass\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+    assert (tmp_path / "r-repro-device-smoke.py").is_file()

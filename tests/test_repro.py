@@ -196,7 +196,11 @@ def outcome(fake_dir, tmp_path_factory):
             jobs.append({"script": str(script), "fault": spec, "probe": probe, "probes_paths": paths,
                          "log": f"{script}.{mode}.log"})
     results = dict(zip(keys, run_scripts(jobs)))
-    return recorded, scripts, results, bug
+    yield recorded, scripts, results, bug
+    fakes = {pid: spec for pid, spec in specs.items() if spec.module.startswith("rocmcheck_userprobes_")}
+    for pid, spec in fakes.items():  # later test modules must not meet these probes
+        registry._REGISTRY.pop(pid, None)
+        sys.modules.pop(spec.module, None)
 
 
 @pytest.mark.parametrize("vid", list(CASES))
