@@ -7,6 +7,10 @@ Fake probes (one per verdict) are written into each pytester directory and loade
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Dict
@@ -177,6 +181,22 @@ def test_with_a_baseline_only_regressions_fail(project: pytest.Pytester) -> None
         "  REGRESSION fake-crash: pass -> crash",
     ])
     result.stdout.fnmatch_lines(["XFAIL rocmcheck::fake-fail - fail now, fail in the baseline: not a regression"])
+
+
+def test_ctrl_c_leaves_a_partial_report_naming_the_running_probe(project: pytest.Pytester) -> None:
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rocm-matrix=out", "--rocm-probes-path=fp",
+            "-k", "fake-hang"]
+    proc = subprocess.Popen(argv, cwd=project.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any('"started","variant":"fake-hang"' in j.read_text()
+                                                  for j in (project.path / "out").glob("*.jsonl")):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=SUBPROCESS_TIMEOUT)[0]
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, output
+    assert "PARTIAL: interrupted during fake-hang" in output
+    report = load_report(only(project.path / "out", "*.json"))
+    assert report["run"]["partial"] and report["run"]["interrupted"] == "fake-hang" and report["verdicts"] == []
 
 
 def test_xdist_runs_all_probes_on_one_worker(project: pytest.Pytester) -> None:
