@@ -12,9 +12,9 @@ decisions are pure functions of what the child observed, so the tests drive them
 the data the faults produce.
 """
 import os
-import re
 
 import rocmcheck
+from rocmcheck.known_issues import parse_version
 
 MiB = 1 << 20
 SETTINGS = {
@@ -47,10 +47,6 @@ LINKS = (
 # --- which variable this torch reads ---------------------------------------------------------
 
 
-def version_tuple(text):
-    return tuple(int(n) for n in re.findall(r"\d+", str(text or "").split("+")[0])[:3])
-
-
 def read_order(torch_version, backend):
     """Allocator variables in the order this torch consults them; the first one set wins.
 
@@ -59,14 +55,14 @@ def read_order(torch_version, backend):
     ignored it (pytorch #183387). The in-effect check in the child is the ground truth.
     """
     legacy = ["PYTORCH_CUDA_ALLOC_CONF"] + (["PYTORCH_HIP_ALLOC_CONF"] if backend == "rocm" else [])
-    version = version_tuple(torch_version)
+    version = parse_version(torch_version)
     ignored = backend == "cuda" and (2, 9) <= version < (2, 11)
     return legacy if version < (2, 8) or ignored else ["PYTORCH_ALLOC_CONF", *legacy]
 
 
 def variable_to_set(torch_version):
     """The name every build of this version honours: the new one from 2.11, the old one before."""
-    return "PYTORCH_ALLOC_CONF" if version_tuple(torch_version) >= (2, 11) else "PYTORCH_CUDA_ALLOC_CONF"
+    return "PYTORCH_ALLOC_CONF" if parse_version(torch_version) >= (2, 11) else "PYTORCH_CUDA_ALLOC_CONF"
 
 
 def installed_torch_version():

@@ -82,13 +82,12 @@ def test_system_probes_pass_or_skip_with_reason_on_cpu(rocm_run):
 
 
 def test_backward_hang_under_one_backend_is_hang_for_that_backend_only(rocm_run):
-    verdicts = by_variant(rocm_run(probe="attention-*", keyword="(math or flash) and (fp32 or model)",
-                                   inject="sdpa-backward-hang:flash", timeout=8))
-    assert len(verdicts) == 4
+    verdicts = by_variant(rocm_run(probe="attention-*", keyword="fp32 and (math or flash) or model and flash",
+                                   inject="sdpa-backward-hang:flash", timeout=6))
+    assert len(verdicts) == 3
     hung = {k for k, v in verdicts.items() if v["status"] == "hang"}
     assert hung == {"attention-sdpa[flash-fp32]", "attention-model[flash]"}
-    assert verdicts["attention-sdpa[math-fp32]"]["status"] == "pass"
-    assert verdicts["attention-model[math]"]["status"] == "pass"
+    assert verdicts["attention-sdpa[math-fp32]"]["status"] == "pass"  # same fault, other backend: unaffected
     for name in hung:
         evidence = verdicts[name]["evidence"]
         assert "in backward" in evidence["stack"] and "_engine_run_backward" in evidence["stack"]
