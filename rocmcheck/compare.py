@@ -22,7 +22,9 @@ FLOAT_FORMATS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "fl
 # fp32/fp16/bf16 values are the failure catalogue's (§9); "tf32" is fp32 with TF32 math.
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 2e-3, "float16": 1e-2, "bfloat16": 2e-2}
 
-_CHECKSUM_WEIGHTS = 251  # weights 1..251 on 16-bit pieces: no int64 overflow below 2**39 bytes
+# Weights 1..65521 (a prime) on 16-bit pieces, summed per chunk of 2**24 pieces in int64
+# (< 2**56, no overflow) and across chunks in Python ints: any size, any device.
+_CHECKSUM_WEIGHTS = 65521
 _CHECKSUM_CHUNK = 1 << 24
 
 
@@ -130,7 +132,7 @@ def bitwise(got: Any, want: Any, fmt: Optional[str] = None, nan_equal: bool = Fa
 
 
 def _weighted_sum(pieces: Any, arange: Any, widen: Any) -> int:
-    """sum(piece_i * (i % 251 + 1)) over unsigned 16-bit pieces, chunked to bound memory."""
+    """sum(piece_i * (i % 65521 + 1)) over unsigned 16-bit pieces, chunked to bound memory and int64 range."""
     total = 0
     for start in range(0, pieces.shape[0], _CHECKSUM_CHUNK):
         piece = widen(pieces[start:start + _CHECKSUM_CHUNK]) & 0xFFFF
@@ -157,6 +159,8 @@ def device_checksum(t: Any) -> int:
     import torch
 
     flat = t.detach().contiguous().reshape(-1)
+    if not flat.numel():
+        return 0  # an empty tensor cannot be viewed as another dtype
     pieces = flat.view(torch.uint8 if flat.element_size() == 1 else torch.int16)
     return _weighted_sum(pieces, lambda s, e: torch.arange(s, e, device=flat.device), lambda p: p.to(torch.int64))
 

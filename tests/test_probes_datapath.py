@@ -1,0 +1,156 @@
+"""Data-path probes (transfer, numerics, gemm, training): every detector proven by fault injection.
+
+Each run goes through the real runner (children + watchdog) on the CPU. Runs are batched:
+faults scoped to different copy kinds or probes share one run, so the file stays fast.
+"""
+from __future__ import annotations
+
+import fnmatch
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import by_variant
+
+OUR_PROBES = ("transfer", "numerics", "gemm", "training")
+OURS = "transfer[ or numerics[ or gemm[ or training["  # -k expression: our variants only
+TRANSFER_METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def status(verdicts, variant):
+    return verdicts[variant]["status"], verdicts[variant]["message"]
+
+
+def test_every_variant_passes_without_faults_or_skips_with_its_reason(rocm_run):
+    verdicts = by_variant(rocm_run(probe="*", keyword=OURS, profile="gate"))
+    assert len(verdicts) == 16 + 7 + 12 + 5
+    for variant, v in verdicts.items():
+        if variant.startswith("gemm[") and not variant.endswith("-default]"):
+            assert v["status"] == "skip" and "one BLAS backend" in v["message"], variant
+        elif variant == "training[lora]" and importlib.util.find_spec("peft") is None:
+            assert v["status"] == "skip" and "peft" in v["message"]
+        else:
+            assert v["status"] == "pass", (variant, v["message"])
+    transfer = verdicts["transfer[to-isolated]"]["measurements"]
+    assert transfer["copies"] == 32 and transfer["bfloat16_mismatches"] == 0 and transfer["gbps"] > 0
+    assert verdicts["gemm[fp32-default]"]["measurements"]["blas"].startswith("cpu")
+    assert verdicts["training[bf16-autocast]"]["measurements"]["grad_rel_err"] > 0  # a real comparison ran
+
+
+def test_one_broken_copy_kind_fails_only_its_method(rocm_run):
+    """Zeros from torch.tensor, stale data from as_tensor, one flipped bit from copy_: each fails its
+    own method's variants (both contexts) and the five other methods pass."""
+    verdicts = by_variant(rocm_run(probe="transfer", profile="gate",
+                                   inject="copy-zeros:tensor,copy-stale:as_tensor,copy-flip:copy_"))
+    broken = {"tensor", "as-tensor", "copy_"}
+    for method in TRANSFER_METHODS:
+        for context in ("isolated", "training"):
+            st, message = status(verdicts, f"transfer[{method}-{context}]")
+            assert st == ("fail" if method in broken else "pass"), (method, context, message)
+    zeros = verdicts["transfer[tensor-isolated]"]
+    assert "host-to-device" in zeros["message"]
+    assert all(zeros["measurements"][f"{d}_zeros"] == zeros["measurements"][f"{d}_mismatches"] > 0
+               for d in ("float32", "float16", "bfloat16", "int32"))
+    stale = verdicts["transfer[as-tensor-training]"]["measurements"]
+    assert stale["float32_bad_copies"] == stale["float32_copies"] - 2  # all but the first copy of each size
+    assert stale["float32_zeros"] == 0 and stale["float32_nans"] == 0
+    flip = verdicts["transfer[copy_-isolated]"]["measurements"]
+    assert flip["int32_mismatches"] == flip["int32_bad_copies"] == flip["int32_copies"]  # one element per copy
+    assert "1 of 1024 elements differ" in verdicts["transfer[copy_-isolated]"]["message"]
+
+
+def test_low_precision_faults_fail_their_checks(rocm_run):
+    """bf16 casts to zero, fp16 flush-to-zero in backward, zero gradients after autocast."""
+    verdicts = by_variant(rocm_run(probe="*", keyword="numerics[ or training[", profile="gate",
+                                   inject="bf16-zeros,fp16-ftz,grad-zeros"))
+    expected_fail = {
+        "numerics[cast-bf16]": "bfloat16 cast wrong on normal values",
+        "numerics[autocast-bf16]": "100% zeros",
+        "numerics[autocast-fp16]": "100% zeros",
+        "numerics[ftz-fp16]": "flush-to-zero",
+        "training[bf16-autocast]": "only zero gradients",
+        "training[fp16-scaler]": "only zero gradients",
+    }
+    for variant, v in verdicts.items():
+        if variant in expected_fail:
+            assert v["status"] == "fail" and expected_fail[variant] in v["message"], (variant, v["message"])
+        else:
+            assert v["status"] in ("pass", "skip"), (variant, v["message"])
+    assert verdicts["training[plain]"]["status"] == verdicts["training[checkpoint]"]["status"] == "pass"
+    assert verdicts["numerics[cast-bf16]"]["measurements"]["normal_cast_zeros"] > 800
+
+
+def test_nan_in_a_matmul_fails_gemm_and_numerics(rocm_run):
+    verdicts = by_variant(rocm_run(probe="*", keyword="gemm[ and default or numerics[ops", profile="gate",
+                                   inject="matmul-nan"))
+    assert len(verdicts) == 6
+    for variant, v in verdicts.items():
+        assert v["status"] == "fail" and "NaN" in v["message"], (variant, v["message"])
+    assert verdicts["gemm[bf16-default]"]["measurements"]["split-k_nans"] == 1
+
+
+def test_excess_zeros_in_a_product_fail_gemm(rocm_run):
+    (v,) = rocm_run(probe="gemm", keyword="fp32-default", inject="matmul-zeros")
+    assert v["status"] == "fail" and "exact zeros" in v["message"]
+    m = v["measurements"]
+    assert m["tall-skinny_zeros"] == 40000 and m["square_zeros"] == 192 * 192 // 2
+
+
+def test_list_shows_every_variant_with_its_profile():
+    out = subprocess.run([sys.executable, "-m", "rocmcheck", "list", *(f"--probe={p}" for p in OUR_PROBES)],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines() if line.split() and "[" in line.split()[0]}
+    assert len(rows) == 40
+    for method in TRANSFER_METHODS:
+        assert (rows[f"transfer[{method}-training]"], rows[f"transfer[{method}-isolated]"]) == ("gate", "full")
+    assert {v for v, p in rows.items() if p == "gate" and not v.startswith("transfer")} == {
+        "numerics[cast-bf16]", "numerics[cast-fp16]", "numerics[autocast-bf16]", "numerics[ftz-fp16]",
+        "gemm[fp32-default]", "gemm[fp16-default]", "gemm[bf16-default]", "training[plain]", "training[bf16-autocast]"}
+
+
+def test_probe_modules_load_without_torch_or_numpy():
+    code = ("import sys; from rocmcheck import registry; "
+            f"[registry.load_module(registry.builtin_probes_dir() / (p + '.py')) for p in {OUR_PROBES!r}]; "
+            "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+
+
+def test_known_issues_name_our_probes_and_match_their_failures():
+    from rocmcheck import known_issues, registry
+    from rocmcheck.model import Status, Verdict
+
+    data = json.loads((ROOT / "rocmcheck/data/known_issues/datapath.json").read_text())
+    specs = registry.load_all()
+    for entry in data["issues"]:
+        assert entry["probe"] in OUR_PROBES and entry["links"] and entry["workaround"], entry["id"]
+        if "variant" in entry:
+            variants = [v.id for v in specs[entry["probe"]].expand()]
+            assert any(fnmatch.fnmatchcase(v, entry["variant"]) for v in variants), entry["id"]
+
+    def matched(probe, variant, verdict_status, message, arch, backend="rocm"):
+        verdict = Verdict(probe=probe, variant=variant, status=Status(verdict_status), message=message)
+        fingerprint = {"device": {"arch": arch}, "host": {"system": "Linux"},
+                       "device_facts": {"backend": backend, "torch": "2.9.1", "rocm": "6.4.2"}}
+        return {issue["id"] for issue in known_issues.match(verdict, fingerprint)}
+
+    assert "fp16-ftz-backward-gfx90a" in matched("numerics", "numerics[ftz-fp16]", "fail",
+                                                 "float16 backward flushes subnormals to zero (flush-to-zero)", "gfx90a")
+    assert {"h2d-nan-on-repeat-gfx1030", "h2d-wrong-data-sdma"} <= matched(
+        "transfer", "transfer[to-isolated]", "fail", "to: 3 of 48 copies wrong; first: ... 2 NaN ...; host-to-device",
+        "gfx1030")
+    assert "bf16-emulated" in matched("numerics", "numerics[cast-bf16]", "warn", "bfloat16 is only emulated on gfx906",
+                                      "gfx906")
+    assert not matched("transfer", "transfer[to-isolated]", "fail", "host-to-device", "sm_90", backend="cuda")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("peft") is None, reason="peft is not installed")
+def test_lora_trains_adapters_and_keeps_the_base_frozen(rocm_run):
+    (v,) = rocm_run(probe="training", keyword="lora", profile="gate")
+    assert v["status"] == "pass", v["message"]
+    assert 0 < v["measurements"]["trainable"] < v["measurements"]["params"]
