@@ -42,7 +42,7 @@ class Trim:
     """How much of the report the Markdown shows; each step of TRIM_STEPS shows less."""
 
     evidence_chars: int = 4000
-    full_matrix: bool = True
+    matrix_rows: str = "all"  # "all", "not passing" or "none"
     code_per_module: Optional[int] = None  # reproducer scripts shown per probe module; None: all
     doctor: bool = True
     max_verdicts: Optional[int] = None
@@ -50,13 +50,15 @@ class Trim:
 
 TRIM_STEPS = (
     ("evidence tails beyond 1,500 characters", {"evidence_chars": 1500}),
-    ("passing and skipped rows of the matrix", {"full_matrix": False}),
+    ("passing and skipped rows of the matrix", {"matrix_rows": "not passing"}),
     ("reproducer code beyond one variant per probe module", {"code_per_module": 1}),
     ("reproducer code (the .py files beside this report have it)", {"code_per_module": 0}),
     ("doctor details", {"doctor": False}),
     ("evidence tails beyond 300 characters", {"evidence_chars": 300}),
     ("failing verdicts beyond the first 20", {"max_verdicts": 20}),
+    ("the matrix", {"matrix_rows": "none"}),
 )
+NAMES_LISTED = 50  # variant names in one sentence before "and N more"
 
 
 # --- building -----------------------------------------------------------------------------
@@ -188,23 +190,32 @@ def markdown(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: 
         code_shown[script.module if script else ""] += show_code
         out += _verdict_section(v, script, show_code, no_repro.get(v["variant"]), trim.evidence_chars)
     if len(shown) < len(bad):
-        out += ["", "Also not passing: " + ", ".join(f"`{v['variant']}` ({v['status']})" for v in bad[len(shown):])]
+        out += ["", "Also not passing: " + _names([f"`{v['variant']}` ({v['status']})" for v in bad[len(shown):]])]
     warns = [v for v in report["verdicts"] if v["status"] == "warn"]
     if warns:
-        out += ["", "## Warnings", ""] + [f"- `{v['variant']}`: {short(v.get('message', ''), 300)}" for v in warns]
+        out += ["", "## Warnings", ""] + [f"- `{v['variant']}`: {short(v.get('message', ''), 300)}"
+                                          for v in warns[:NAMES_LISTED]]
+        out += [f"- and {len(warns) - NAMES_LISTED} more (see the matrix)"] if len(warns) > NAMES_LISTED else []
     out += _known_issues_section(bad + warns)
-    out += _matrix_section(report["verdicts"], trim.full_matrix)
+    out += _matrix_section(report["verdicts"], trim.matrix_rows)
     if "doctor" in report:
         out += ["", "## Doctor", ""]
         out += _generic(report["doctor"]) if trim.doctor else ["(cut: see the JSON twin)"]
     return "\n".join(out) + "\n"
 
 
-def _matrix_section(verdicts: List[Dict[str, Any]], full: bool) -> List[str]:
-    rows = verdicts if full else [v for v in verdicts if v["status"] not in ("pass", "skip")]
-    cut = "" if full else f", {len(verdicts) - len(rows)} passing or skipped rows cut"
+def _matrix_section(verdicts: List[Dict[str, Any]], rows_kept: str) -> List[str]:
+    if rows_kept == "none":
+        return ["", f"Full matrix ({len(verdicts)} variants): cut, see the JSON twin."]
+    rows = verdicts if rows_kept == "all" else [v for v in verdicts if v["status"] not in ("pass", "skip")]
+    cut = "" if rows_kept == "all" else f", {len(verdicts) - len(rows)} passing or skipped rows cut"
     return ["", f"<details><summary>Full matrix ({len(verdicts)} variants{cut})</summary>", "",
             markdown_matrix(rows) if rows else "(no verdicts)", "", "</details>"]
+
+
+def _names(names: List[str]) -> str:
+    more = len(names) - NAMES_LISTED
+    return ", ".join(names[:NAMES_LISTED]) + (f" and {more} more" if more > 0 else "")
 
 
 def _summary_paragraph(report: Dict[str, Any], bad: List[Dict[str, Any]], context: Dict[str, Any]) -> str:
@@ -292,7 +303,7 @@ def _known_issues_section(verdicts: List[Dict[str, Any]]) -> List[str]:
     out = ["", "## Known issues", ""]
     for iid, issue in issues.items():
         out.append(f"- **{issue.get('title', iid)}** (`{iid}`), matched by "
-                   + ", ".join(f"`{name}`" for name in issue["variants"]))
+                   + _names([f"`{name}`" for name in issue["variants"]]))
         if issue.get("workaround"):
             out.append(f"  - workaround: {issue['workaround']}")
         out += [f"  - {link}" for link in issue.get("links") or []]

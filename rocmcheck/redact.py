@@ -40,7 +40,8 @@ VALUE_RULES: Tuple[Tuple[str, Pattern[str], int], ...] = (
     # --hf-token VALUE, --password=VALUE on a command line; ?token=VALUE in a URL
     ("secret option", re.compile(rf"(?<![\w-])--?[A-Za-z0-9_-]*(?:{_DENY})[A-Za-z0-9_-]*(?:=|\s+)['\"]?([^\s'\"\\,`]+)",
                                  re.I), 1),
-    ("secret URL parameter", re.compile(rf"[?&][A-Za-z0-9_.-]*(?:{_DENY}|sig)[A-Za-z0-9_.-]*=([^&\s#'\"\\`]+)", re.I), 1),
+    ("secret URL parameter",
+     re.compile(rf"[?&][A-Za-z0-9_.-]*(?:{_DENY}|sig)[A-Za-z0-9_.-]*=([^&\s#'\"\\`]+)", re.I), 1),
 )
 
 

@@ -151,6 +151,22 @@ def test_markdown_fits_a_github_issue_and_says_what_was_cut(tmp_path):
     assert len(bug.reproducers) == 60 and "big-repro-device-smoke-case0.py" in bug.markdown
 
 
+def test_thousands_of_verdicts_and_a_huge_fingerprint_still_fit(tmp_path):
+    verdicts = [_verdict(f"gone-probe[{i}]", "crash", f"Memory access fault {i}") for i in range(1500)]
+    verdicts += [_verdict(f"config-lint[w{i}]", "warn", "risky " * 20) for i in range(300)]
+    bug = bugreport.build(load_report(_saved_report(tmp_path, verdicts)), stem="many")
+    assert len(bug.markdown) <= bugreport.GITHUB_BODY_LIMIT
+    assert bug.data["bug_report"]["markdown_cut"][-2:] == ["failing verdicts beyond the first 20", "the matrix"]
+    assert "and 1430 more" in bug.markdown and "- and 250 more (see the matrix)" in bug.markdown
+    assert bug.data["bug_report"]["no_reproducer"]["gone-probe[0]"].startswith("probe 'gone-probe' is not known")
+    report = load_report(_saved_report(tmp_path, verdicts[:3]))
+    report["fingerprint"]["host"]["packages"] = {f"pkg{i}": "1.0" * 10 for i in range(3000)}
+    huge = bugreport.build(report, stem="huge")
+    assert len(huge.markdown) <= bugreport.GITHUB_BODY_LIMIT
+    assert huge.markdown.rstrip().endswith("[cut at 65,536 characters: see the JSON twin `huge.json`]**")
+    assert huge.data["bug_report"]["markdown_cut"][-1] == "everything past the GitHub issue limit"
+
+
 def test_partial_journal_is_reported_as_partial(tmp_path):
     journal = tmp_path / "run.jsonl"
     lines = [{"record": "header", "schema": SCHEMA, "schema_version": "1.0", "run": {"id": "j"}, "fingerprint": {}},

@@ -16,9 +16,10 @@ from rocmcheck.errors import UsageError
 from rocmcheck.model import Status, Verdict
 from rocmcheck.storage import SCHEMA, load_report
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-                    max_leaves=15)
+SCALARS = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+           | st.text(max_size=20))
+JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner,
+                                                                                         max_size=4), max_leaves=15)
 VERDICT = st.builds(lambda probe, status, message, tail: Verdict(
     probe, probe, Status(status), message=message, evidence={"output_tail": tail}).to_dict(),
     st.sampled_from(["device-smoke", "config-lint", "user-probe"]), st.sampled_from([s.value for s in Status]),

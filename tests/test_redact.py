@@ -53,7 +53,8 @@ def test_ordinary_text_is_left_alone(text):
 
 def test_environment_allow_list_and_deny_list_inside_it():
     environ = {"HIP_VISIBLE_DEVICES": "0,1", "HSA_OVERRIDE_GFX_VERSION": "11.0.0", "HF_TOKEN": HF,
-               "WANDB_API_KEY": "abc", "HSA_AUTH_SESSION": "deadbeef", "PYTORCH_HIP_ALLOC_CONF": "expandable_segments:True",
+               "WANDB_API_KEY": "abc", "HSA_AUTH_SESSION": "deadbeef",
+               "PYTORCH_HIP_ALLOC_CONF": "expandable_segments:True",
                "HOME": "/home/alice"}
     assert env_vars(environ) == {"HIP_VISIBLE_DEVICES": "0,1", "HSA_OVERRIDE_GFX_VERSION": "11.0.0",
                                  "PYTORCH_HIP_ALLOC_CONF": "expandable_segments:True"}
