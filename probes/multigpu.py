@@ -293,7 +293,8 @@ def rank_main(argv, stack_file=None):
     device = torch.device("cuda", local) if args.backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(args.backend, rank=rank, world_size=world, timeout=timedelta(seconds=args.timeout))
+    # the collective library's own timeout comes later, so a stuck rank reports its stack first
+    dist.init_process_group(args.backend, rank=rank, world_size=world, timeout=timedelta(seconds=args.timeout + 60))
     results = {}
     for name in args.checks.split(","):
         print(f"rank {rank}: {name}", flush=True)
@@ -375,9 +376,11 @@ def report_hang_to_watchdog(stacks):
 def run_distributed(ctx, backend):
     import tempfile
 
-    start = time.monotonic()
+    import psutil
+
+    alive_s = time.time() - psutil.Process().create_time()  # the watchdog's clock started with this process
     with tempfile.TemporaryDirectory(prefix="rocmcheck-ranks-") as workdir:
-        rank_timeout = max(ctx.timeout - HANG_MARGIN_S - (time.monotonic() - start), 1.0)
+        rank_timeout = max(ctx.timeout - HANG_MARGIN_S - alive_s, 1.0)
         ranks = start_ranks(backend, workdir, rank_timeout)
         codes = wait_ranks(ranks, rank_timeout + HANG_MARGIN_S / 2)
         results, stacks = {}, {}
