@@ -12,7 +12,8 @@ int32), sizes, contiguous and strided sources and repeats are looped inside a va
 measurements per dtype, because they describe one failure rather than a workaround, and a
 variant per combination would cost one GPU runtime start each. The gate holds the
 training-context variants, where the seeds' failure appeared; the isolated ones (full
-profile) tell whether the context matters.
+profile) tell whether the context matters and measure GB/s (`gbps`; the pinned variant also
+`gbps_pageable` beside it), since in the training context the clock would include the queued step.
 
 Each repeat sends a different pattern (`compare.Pattern`: never zero, NaN or subnormal, and
 different at every index from the previous repeat, so stale data fails). A bad read-back is
@@ -85,13 +86,14 @@ def plan(ctx: rocmcheck.ProbeContext) -> List[Case]:
 
 
 def largest_bytes(device: str) -> int:
-    """The biggest single copy worth trying: a third of free device memory, a fifth of free
-    host memory (expected data, source, pinned copy and read-back live there), at most 16 GiB."""
+    """The biggest single copy worth trying: a third of free device memory, an eighth of free
+    host memory (the pattern, expected data, source, pinned copy, read-back and numpy
+    temporaries live there), at most 8 GiB (2**31 float32 elements, indexable as uint32)."""
     import psutil
     import torch
 
     free_device, _ = torch.cuda.mem_get_info(torch.device(device))
-    size = min(free_device // 3, psutil.virtual_memory().available // 5, 16 * GIB)
+    size = min(free_device // 3, psutil.virtual_memory().available // 8, 8 * GIB)
     return size // MIB * MIB
 
 
