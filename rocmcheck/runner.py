@@ -81,6 +81,8 @@ class Runner:
         self.facts: Dict[str, Any] = {}
         self.wedged: Optional[str] = None
         self.journal: Optional[Journal] = None
+        self.sections: Dict[str, Any] = {}  # extra report sections (doctor's results), written with the report
+        self.current: Optional[str] = None  # what runs now, named in the report if interrupted
         self._seq = 0
         self.started_at = time.time()
 
@@ -167,22 +169,25 @@ class Runner:
 
     # --- one variant -------------------------------------------------------------------
 
-    def run_variant(self, variant: Variant) -> Verdict:
+    def run_variant(self, variant: Variant, env: Optional[Dict[str, str]] = None,
+                    timeout: Optional[float] = None) -> Verdict:
+        """Run one variant in its child; `env` adds variables set before the child imports torch
+        (a fresh interpreter then), `timeout` replaces the variant's own (doctor's attempts)."""
         spec = variant.spec
         reason = spec.requires.unmet(self.device, sys.platform)
         if reason is None and self.wedged and self.device.kind == "gpu":
             reason = f"skipped: an earlier probe ({self.wedged}) left a process that cannot be killed"
         if reason:
             return Verdict(spec.id, variant.id, Status.SKIP, dict(variant.params), reason)
-        timeout = self.opts.timeout or spec.timeout
+        timeout = timeout or self.opts.timeout or spec.timeout
         task = self._task(probe=spec.id, params=variant.params, device=self.device.name, profile=self.opts.profile,
                           timeout=timeout, module_file=module_file(spec))
-        variant_env = variant.env()
+        variant_env = {**variant.env(), **(env or {})}
         end = self._launch(task, variant_env, spec.fresh_interpreter)
         result = _read_result(task["result_path"])
         if result and result.get("gpu_init_failed") and self.isolation == "zygote":
             self.fall_back_to_spawn(result.get("message", "GPU init failed in a forked child"))
-            return self.run_variant(variant)
+            return self.run_variant(variant, env, timeout)
         verdict = assemble(variant, end, result, _read_text(task["stack_path"]), timeout)
         verdict.env = {**self.opts.env, **variant_env}
         if end.unkillable:
@@ -226,20 +231,22 @@ class Runner:
             self.write(report)
         return report
 
-    def run(self, variants: List[Variant]) -> Dict[str, Any]:
-        """Run `variants`; returns the report (also written to disk unless write_files is off)."""
+    def run(self, variants: List[Variant], after: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
+        """Run `variants`, then `after()` (more children under the same run, e.g. doctor's
+        attempts); returns the report (also written to disk unless write_files is off)."""
         in_main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main else None
         interrupted: Optional[str] = None
-        current: Optional[str] = None
         try:
             self.start()
             for variant in variants:
-                current = variant.id
+                self.current = variant.id
                 self.run_one(variant)
-                current = None
+                self.current = None
+            if after is not None:
+                after()
         except (KeyboardInterrupt, Interrupted) as exc:
-            interrupted = current or "(before the first probe)"
+            interrupted = self.current or "(before the first probe)"
             self.note(f"interrupted by {exc.args[0] if exc.args else 'Ctrl-C'} during {interrupted}")
         finally:
             if previous is not None:
@@ -275,7 +282,8 @@ class Runner:
                "counts": counts}
         return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION,
                 "tool": {"name": "rocmcheck", "version": __version__}, "run": run,
-                "fingerprint": self.fingerprint_cache, "verdicts": [v.to_dict() for v in self.verdicts]}
+                "fingerprint": self.fingerprint_cache, "verdicts": [v.to_dict() for v in self.verdicts],
+                **self.sections}
 
     def write(self, report: Dict[str, Any]) -> None:
         from .render import markdown_report
