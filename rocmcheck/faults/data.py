@@ -17,6 +17,7 @@ of copy, so one method can be broken while the others work:
 from __future__ import annotations
 
 import fnmatch
+import os
 import threading
 from typing import Any, Callable, Dict, Optional
 
@@ -120,9 +121,11 @@ def _flip_one(out: Any, kind: str = "") -> None:
 
 
 @fault("copy-zeros", "host-to-device copies come back as zeros (HIP #3874, TheRock #8379); ARG limits it to "
-                     "some kinds of copy", args=_KIND_HELP)
+                     "some kinds of copy; off with HSA_ENABLE_SDMA=0, which moves copies off the DMA engines "
+                     "(https://github.com/ROCm/legacy-rocm-build/issues/2781)", args=_KIND_HELP)
 def _copy_zeros(arg: Optional[str]) -> None:
-    _patch_transfers(arg, _zero_)
+    if os.environ.get("HSA_ENABLE_SDMA") != "0":  # the workaround `rocmcheck doctor` must find
+        _patch_transfers(arg, _zero_)
 
 
 @fault("copy-flip", "host-to-device copies come back with one bit flipped in one element", args=_KIND_HELP)
@@ -179,11 +182,26 @@ def _patch_products(poison: Callable[[Any], Any]) -> None:
         patch(owner, name, wrap)
 
 
-@fault("matmul-nan", "matrix products return one NaN element (split-K NaN, rocm-libraries #9055)")
+def _preferred_blas() -> Any:
+    """The GPU BLAS library GEMMs go to now; None on the CPU (one BLAS)."""
+    import torch
+
+    return torch.backends.cuda.preferred_blas_library() if torch.cuda.is_available() else None
+
+
+@fault("matmul-nan", "matrix products return one NaN element (split-K NaN, rocm-libraries #9055); it lives in the "
+                     "default BLAS library: off with TORCH_BLAS_PREFER_HIPBLASLT=0 or another "
+                     "preferred_blas_library (https://github.com/pytorch/pytorch/pull/128753)")
 def _matmul_nan(arg: Optional[str]) -> None:
     import torch
 
+    if os.environ.get("TORCH_BLAS_PREFER_HIPBLASLT") == "0":  # the workaround `rocmcheck doctor` must find
+        return
+    default = _preferred_blas()
+
     def nan(out: Any) -> Any:
+        if _preferred_blas() != default:  # e.g. gemm[*-cublas]: routed to another library
+            return out
         mask = torch.zeros_like(out).view(-1)
         mask[0] = float("nan")
         return out + mask.view(out.shape)

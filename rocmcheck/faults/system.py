@@ -99,9 +99,13 @@ def _sdpa_wrong(arg: Optional[str]) -> None:
 # --- collectives and DataParallel ----------------------------------------------------------
 
 
-@fault("all_reduce-hang", "torch.distributed.all_reduce never returns (RCCL hangs: rccl #1129, rocm-systems #11348)")
+@fault("all_reduce-hang", "torch.distributed.all_reduce never returns (RCCL hangs: rccl #1129, rocm-systems #11348); "
+                          "off with NCCL_P2P_DISABLE=1 (https://github.com/ROCm/rocm-systems/issues/11348)")
 def _all_reduce_hang(arg: Optional[str]) -> None:
     import torch.distributed as dist
+
+    if os.environ.get("NCCL_P2P_DISABLE") == "1":  # the workaround `rocmcheck doctor` must find (ranks inherit it)
+        return
 
     def all_reduce_never_returns(*args: Any, **kwargs: Any) -> None:
         _block_forever()
