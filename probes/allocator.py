@@ -168,7 +168,7 @@ def unbounded_growth(slack_mib, period=PERIOD, warmup_periods=2, rising=4, min_g
 # --- the training-like allocation pattern ------------------------------------------------------
 
 
-def run_cycles(device, cycles, unit_bytes, canary_bytes, reserved, allocated):
+def run_cycles(device, cycles, unit_bytes, canary_bytes):
     """Allocate, fill and free step-sized buffers around a live canary; check it bitwise every cycle.
 
     Returns reserved-minus-allocated (MiB) after each cycle. Raises ProbeFailure on canary
@@ -193,7 +193,7 @@ def run_cycles(device, cycles, unit_bytes, canary_bytes, reserved, allocated):
             raise rocmcheck.ProbeFailure(f"out of memory at cycle {cycle} with reserved-minus-allocated at "
                                          f"{slack[-1] if slack else 0:.0f} MiB: {str(exc).splitlines()[0]}",
                                          slack_mib=slack) from None
-        slack.append(round((reserved() - allocated()) / MiB, 1))
+        slack.append(round((torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)) / MiB, 1))
         damage = canary_damage(canary.to("cpu", copy=True).numpy(), expected)
         if damage:
             raise rocmcheck.ProbeFailure(f"canary corrupted at cycle {cycle}: {damage}", slack_mib=slack)
@@ -235,18 +235,18 @@ def allocator(ctx, setting):
         ctx.warn(f"{variable}={conf!r} is read before the variant's own setting {wanted!r}")
     requested = parse_conf(conf if wanted is None else wanted)
     total = torch.cuda.get_device_properties(ctx.device).total_memory
-    unit = min(MAX_UNIT_BYTES, total // 24)
+    unit, canary = min(MAX_UNIT_BYTES, total // 24), min(CANARY_BYTES, total // 16)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        slack = run_cycles(ctx.device, CYCLES[ctx.profile], unit, CANARY_BYTES,
-                           lambda: torch.cuda.memory_reserved(ctx.device),
-                           lambda: torch.cuda.memory_allocated(ctx.device))
+        slack = run_cycles(ctx.device, CYCLES[ctx.profile], unit, canary)
         snapshot = torch.cuda.memory._snapshot()
     settings = snapshot.get("allocator_settings") or {}
-    ctx.measure(variable=variable, conf=conf, slack_mib=slack, unit_mib=unit // MiB,
+    ctx.measure(variable=variable, conf=conf, slack_mib=slack, unit_mib=unit // MiB, canary_mib=canary // MiB,
                 allocator_settings={k: v for k, v in settings.items() if not isinstance(v, dict)},
                 expandable_segments=sum(1 for s in snapshot.get("segments") or [] if s.get("is_expandable")))
-    for problem in ignored_options(requested, snapshot, [str(w.message) for w in caught]):
+    problems = ignored_options(requested, snapshot, [str(w.message) for w in caught])
+    ctx.measure(in_effect=not problems)
+    for problem in problems:
         ctx.warn(problem)
     growth = unbounded_growth(slack)
     assert growth is None, growth
