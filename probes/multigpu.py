@@ -178,7 +178,9 @@ def multigpu_dataparallel(ctx):
     ref = copy.deepcopy(model).double()
     ref_out = ref(torch.from_numpy(x_np))
     ref_grads = torch.autograd.grad(ref_out.square().mean(), list(ref.parameters()))
-    parallel = torch.nn.DataParallel(model.to(ctx.device), device_ids=list(range(torch.cuda.device_count())))
+    first = torch.device(ctx.device).index
+    devices = [first] + [i for i in range(torch.cuda.device_count()) if i != first]  # outputs gather on ctx.device
+    parallel = torch.nn.DataParallel(model.to(ctx.device), device_ids=devices)
     x = torch.from_numpy(x_np).float().to(ctx.device)
     print("dataparallel: forward", flush=True)
     out = parallel(x)
