@@ -105,11 +105,12 @@ class TrainingLoad:
         import torch
 
         torch.manual_seed(0)
-        width, layers = (256, 4) if on_gpu else (32, 1)  # 3.1M parameters on a GPU, like the seeds' model
+        # 3.1M parameters on a GPU, like the seeds' model; a token load on the CPU, where nothing is in flight
+        width, layers, batch, seq = (256, 4, 8, 64) if on_gpu else (32, 1, 2, 16)
         layer = torch.nn.TransformerEncoderLayer(width, 8, 4 * width, dropout=0.0, batch_first=True)
         self.model = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).to(device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
-        self.x = torch.randn(8, 64, width, device=device)
+        self.x = torch.randn(batch, seq, width, device=device)
         self.params = sum(p.numel() for p in self.model.parameters())
         self.step()  # creates the optimizer state
 
