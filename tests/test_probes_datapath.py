@@ -154,3 +154,60 @@ def test_lora_trains_adapters_and_keeps_the_base_frozen(rocm_run):
     (v,) = rocm_run(probe="training", keyword="lora", profile="gate")
     assert v["status"] == "pass", v["message"]
     assert 0 < v["measurements"]["trainable"] < v["measurements"]["params"]
+
+
+def probe_module(name):
+    """A built-in probe module as the registry loads it (for its pure decision functions)."""
+    from rocmcheck import registry
+
+    registry.load_all()
+    return sys.modules[f"rocmcheck.probes.{name}"]
+
+
+def test_device_checksum_tells_the_failing_direction():
+    import torch
+
+    from rocmcheck import compare
+
+    origin = probe_module("transfer").origin
+    want = compare.Pattern(1000, "bfloat16").values(1)
+    assert origin(torch.from_numpy(want.copy()).view(torch.bfloat16), want).startswith("device-to-host")
+    bad = want.copy()
+    bad[999] ^= 1
+    assert origin(torch.from_numpy(bad).view(torch.bfloat16), want).startswith("host-to-device")
+
+
+@pytest.mark.parametrize("flush_all", [False, True])
+def test_a_cast_that_only_flushes_subnormals_warns_and_any_other_error_fails(monkeypatch, flush_all):
+    import torch
+
+    import rocmcheck
+
+    numerics = probe_module("numerics")
+    tiny = torch.finfo(torch.float32).tiny
+    original = torch.Tensor.to
+
+    def flushing_to(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if out.dtype == torch.bfloat16:
+            wide = original(out, torch.float32)
+            keep = wide.abs() >= (1e-3 if flush_all else tiny)  # multiplying keeps the sign of the zeros
+            out = original(wide * keep, torch.bfloat16)
+        return out
+
+    monkeypatch.setattr(torch.Tensor, "to", flushing_to)
+    ctx = rocmcheck.ProbeContext(device="cpu")
+    if flush_all:
+        with pytest.raises(rocmcheck.ProbeFailure, match="normal values"):
+            numerics.check_cast(ctx, "bfloat16")
+    else:
+        numerics.check_cast(ctx, "bfloat16")
+        assert ctx.warnings and "flushes" in ctx.warnings[0] and "subnormal" in ctx.warnings[0]
+        assert ctx.measurements["subnormal_cast_zeros"] == ctx.measurements["subnormal_cast_mismatches"] > 0
+
+
+@pytest.mark.parametrize("arch, emulated", [("gfx906", True), ("gfx908", True), ("gfx90c", True), ("gfx1030", True),
+                                            ("gfx1010", True), ("gfx90a", False), ("gfx942", False),
+                                            ("gfx1100", False), ("gfx1151", False), ("gfx950", False), ("", False)])
+def test_bf16_emulation_is_read_from_the_arch(arch, emulated):
+    assert bool(probe_module("numerics").EMULATED_BF16.match(arch)) is emulated
