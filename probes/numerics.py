@@ -120,14 +120,17 @@ def check_cast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
     ctx.measure(values=int(x.size), subnormal_values=int(tiny.sum()),
                 **{f"{g}_{step}_{k}": v for g, pair in results.items() for step, check in zip(("cast", "widen"), pair)
                    for k, v in check.measurements().items()})
-    for step, check in zip((f"float32 -> {dtype}", f"{dtype} -> float32"), results["normal"]):
+    steps = (f"float32 -> {dtype}", f"{dtype} -> float32")
+    for step, check in zip(steps, results["normal"]):
         if not check.ok:
-            raise rocmcheck.ProbeFailure(f"{step} cast wrong on normal values: {check.summary()}")
-    for step, check in zip((f"float32 -> {dtype}", f"{dtype} -> float32"), results["subnormal"]):
+            raise rocmcheck.ProbeFailure(f"{step} cast wrong on normal values: {check.summary()} "
+                                         f"(input {float(x[~tiny][check.first_bad])!r})")
+    for step, check in zip(steps, results["subnormal"]):
         if not check.ok and check.zeros == check.mismatches:
             ctx.warn(f"{step} flushes {check.zeros} subnormal values to zero (flush-to-zero mode)")
         elif not check.ok:
-            raise rocmcheck.ProbeFailure(f"{step} cast wrong on subnormal values: {check.summary()}")
+            raise rocmcheck.ProbeFailure(f"{step} cast wrong on subnormal values: {check.summary()} "
+                                         f"(input {float(x[tiny][check.first_bad])!r})")
 
 
 # --- ops -------------------------------------------------------------------------------------
