@@ -241,12 +241,13 @@ def transfer(ctx: rocmcheck.ProbeContext, method: str, context: str) -> None:
     compare.single_thread_on_cpu(ctx)
     sender = Sender(method, ctx.device, ctx.on_gpu)
     load = TrainingLoad(ctx.device, ctx.on_gpu) if context == "training" else None
-    tally, best_gbps, patterns = Tally(), 0.0, {}
+    tally, best_gbps, pattern = Tally(), 0.0, None
     cases = plan(ctx)
     biggest = max(c.nbytes for c in cases)
     for case in cases:
         n = case.nbytes // compare.Pattern.itemsize(case.dtype)
-        pattern = patterns.setdefault((n, case.dtype), compare.Pattern(n, case.dtype))
+        if pattern is None or (pattern.base.size, pattern.dtype) != (n, case.dtype):
+            pattern = compare.Pattern(n, case.dtype)  # shared by the contiguous and strided cases; one held at a time
         for repeat in range(1, case.repeats + 1):
             want = pattern.values(repeat)  # the expected data; the source is a separate copy
             src_np = source(want, case.contiguous)
