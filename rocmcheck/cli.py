@@ -238,7 +238,7 @@ def _env_text(fp: Dict[str, Any]) -> str:
 COMMANDS = {"list": cmd_list, "run": cmd_run, "gate": cmd_gate, "env": cmd_env}
 # Modules adding a command: each has `register(sub)`, which adds a parser whose
 # defaults set `func=<handler(args) -> exit code>`. They must not import torch.
-COMMAND_MODULES: tuple = ("matrix", "diff", "bugreport")
+COMMAND_MODULES: tuple = ("matrix", "diff", "bugreport", "doctor")
 
 
 def main(argv: Optional[List[str]] = None) -> int:

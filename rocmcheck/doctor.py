@@ -1,0 +1,540 @@
+"""`rocmcheck doctor`: find the workaround that makes a failing probe variant pass here.
+
+For every variant that did not pass, doctor re-runs it as it is (`--repeats` N times) to
+measure its own pass rate, then under each candidate workaround that applies: environment
+variables (set before the child imports torch, so a fresh interpreter) or parameter
+overrides (the same probe with another backend, dtype, copy method...). Every attempt is an
+ordinary child under the watchdog, inside one total time budget.
+
+Candidates are data: the built-in `data/workarounds.json`, files given with `--workarounds`,
+and the ids that a matching known issue names in its "candidates" list. Those named by a
+known issue are tried first, then the rest cheapest first.
+
+When a candidate counts as a fix (the baseline is the N re-runs as it is):
+- the baseline failed N of N: the candidate must pass N of N;
+- the baseline passed k of N (flaky, 0 < k < N): the candidate must pass M runs in a row,
+  M the smallest number >= N with (k/N)**M <= 5%: a change that does nothing passes M in a
+  row at most once in 20 at the measured rate;
+- the baseline passed N of N: not reproduced, nothing to judge against, no candidate tried.
+A candidate stops at its first run that does not pass. `warn` counts as a pass (it worked),
+`skip` means it does not apply on this machine; one that crashes or hangs is reported so and
+is never a fix.
+
+Budget: before each run doctor estimates it (the longest run of that variant so far, plus
+what launching that kind of child has cost: a fresh interpreter imports torch) and starts it
+only if the budget left covers it; the run's watchdog timeout is at most the budget left, and
+a run stopped there is "cut", not a hang. Baselines run first, then candidates rank by rank
+across variants, so a short budget reaches every variant's first candidate. The first run of
+a fresh interpreter may overshoot the budget by one torch import, which nothing has measured yet.
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import math
+import os
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from . import known_issues, registry
+from .errors import UsageError
+from .model import DeviceInfo, Status, Variant, Verdict
+
+SCHEMA = "rocmcheck-workarounds/1"
+BUILTIN_FILE = Path(__file__).parent / "data" / "workarounds.json"
+KINDS = ("env", "params")
+FALSE_FIX_CHANCE = 0.05
+PASSING = (Status.PASS, Status.WARN)
+DEFAULT_REPEATS = 3
+DEFAULT_BUDGET_S = 600.0
+
+
+# --- candidates (data) --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One workaround to try: variables for the child, or parameters of the same probe."""
+
+    id: str
+    kind: str
+    title: str
+    cost: int
+    probes: Tuple[str, ...]
+    variants: Tuple[str, ...] = ("*",)
+    env: Mapping[str, str] = field(default_factory=dict)
+    params: Mapping[str, Any] = field(default_factory=dict)
+    backend: Optional[str] = None
+    snippet: Tuple[str, ...] = ()
+    links: Tuple[str, ...] = ()
+
+    def matches(self, variant: Variant) -> bool:
+        return (any(fnmatch.fnmatchcase(variant.spec.id, p) for p in self.probes)
+                and any(fnmatch.fnmatchcase(variant.id, v) for v in self.variants))
+
+    def unmet(self, variant: Variant, device: DeviceInfo, base_env: Mapping[str, str]) -> Optional[str]:
+        """Why this candidate cannot change `variant` here, or None when it applies."""
+        if self.backend and device.backend != self.backend and not (device.kind == "cpu" and self.backend == "rocm"):
+            return f"for {self.backend} builds; this is {device.backend}"
+        if self.kind == "env":
+            current = {**base_env, **variant.env()}
+            return "already in effect" if all(current.get(k, "") == v for k, v in self.env.items()) else None
+        missing = [k for k in self.params if k not in variant.params]
+        if missing:
+            return f"the probe has no parameter {', '.join(missing)}"
+        target = {**variant.params, **self.params}
+        if target == variant.params:
+            return "that is this variant"
+        if target not in [dict(p) for p in variant.spec.variants]:
+            return f"the probe has no variant {json.dumps(target)}"
+        return None
+
+    def target(self, variant: Variant) -> Variant:
+        return Variant(variant.spec, {**variant.params, **self.params}) if self.kind == "params" else variant
+
+    def paste(self) -> str:
+        return "\n".join(self.snippet) if self.snippet else env_snippet(self.env)
+
+
+def env_snippet(env: Mapping[str, str], windows: bool = os.name == "nt") -> str:
+    """Shell lines setting `env` (PowerShell on Windows); an empty value unsets the variable."""
+    if windows:
+        return "\n".join(f'$env:{k} = "{v}"' if v else f"Remove-Item Env:{k} -ErrorAction SilentlyContinue"
+                         for k, v in env.items())
+    return "\n".join(f"export {k}={shlex.quote(v)}" if v else f"unset {k}" for k, v in env.items())
+
+
+def _strings(value: Any, what: str, allow_empty: bool = False) -> Tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value) or not (value or allow_empty):
+        raise UsageError(f"{what} must be a list of strings")
+    return tuple(value)
+
+
+def parse_candidate(entry: Any, where: str) -> Candidate:
+    """One entry of a workarounds file; anything malformed is a one-line UsageError."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("id"), str) or not entry["id"]:
+        raise UsageError(f"{where}: every candidate needs an \"id\" string")
+    what = f"{where}: candidate '{entry['id']}'"
+    kind, cost = entry.get("kind"), entry.get("cost", 3)
+    if kind not in KINDS:
+        raise UsageError(f"{what}: \"kind\" must be one of {', '.join(KINDS)}")
+    if not isinstance(cost, int) or isinstance(cost, bool) or cost < 0:
+        raise UsageError(f"{what}: \"cost\" must be a whole number >= 0")
+    body = entry.get(kind)
+    if not isinstance(body, dict) or not body or (kind == "env" and not all(
+            isinstance(k, str) and k and isinstance(v, str) for k, v in body.items())):
+        raise UsageError(f"{what}: \"{kind}\" must be a non-empty object" + (" of strings" if kind == "env" else ""))
+    snippet = _strings(entry.get("snippet", []), f"{what}: \"snippet\"", allow_empty=kind == "env")
+    return Candidate(id=entry["id"], kind=kind, title=str(entry.get("title") or entry["id"]), cost=cost,
+                     probes=_strings(entry.get("probes"), f"{what}: \"probes\""),
+                     variants=_strings(entry.get("variants", ["*"]), f"{what}: \"variants\""),
+                     env=body if kind == "env" else {}, params=body if kind == "params" else {},
+                     backend=entry.get("backend"), snippet=snippet,
+                     links=_strings(entry.get("links", []), f"{what}: \"links\"", allow_empty=True))
+
+
+def load_candidates(extra: Sequence[Path] = ()) -> Dict[str, Candidate]:
+    """The built-in candidates, then each file of `extra` (a later id replaces an earlier one)."""
+    out: Dict[str, Candidate] = {}
+    for path in [BUILTIN_FILE, *map(Path, extra)]:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8-sig"))
+        except OSError as exc:
+            raise UsageError(f"workarounds file '{path}': cannot read ({exc.strerror or exc})") from None
+        except ValueError as exc:
+            raise UsageError(f"workarounds file '{path}': not valid JSON ({str(exc).splitlines()[0]})") from None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("candidates"), list):
+            raise UsageError(f"workarounds file '{path}': expected {{\"schema\": \"{SCHEMA}\", \"candidates\": [...]}}")
+        for entry in data["candidates"]:
+            candidate = parse_candidate(entry, f"workarounds file '{path}'")
+            out[candidate.id] = candidate
+    return out
+
+
+def named_by_known_issues(verdict: Verdict, fingerprint: Dict[str, Any]) -> Dict[str, List[str]]:
+    """Candidate id -> ids of the known issues matching `verdict` here that name it."""
+    matched = {i["id"] for i in known_issues.match(verdict, fingerprint)}
+    named: Dict[str, List[str]] = {}
+    for entry in known_issues.entries():
+        if entry["id"] in matched:
+            for cid in entry.get("candidates") or []:
+                named.setdefault(str(cid), []).append(entry["id"])
+    return named
+
+
+# --- judging ------------------------------------------------------------------------------
+
+
+def required_passes(passes: int, runs: int) -> int:
+    """Passes in a row a candidate needs against a baseline that passed `passes` of `runs`."""
+    if passes <= 0:
+        return runs
+    rate = passes / runs
+    return max(runs, math.ceil(math.log(FALSE_FIX_CHANCE) / math.log(rate)))
+
+
+@dataclass
+class Tally:
+    """The runs of one thing: the variant as it is, or under one candidate."""
+
+    statuses: List[str] = field(default_factory=list)
+    message: str = ""  # the first run that did not pass
+    stopped: str = ""  # "budget" or "cut" when the budget ended it early
+
+    @property
+    def runs(self) -> int:
+        return len(self.statuses)
+
+    @property
+    def passes(self) -> int:
+        return sum(Status(s) in PASSING for s in self.statuses)
+
+    def add(self, verdict: Verdict) -> bool:
+        """Record one run; True when it passed."""
+        self.statuses.append(verdict.status.value)
+        ok = verdict.status in PASSING
+        if not ok and not self.message:
+            self.message = f"{verdict.status.value}: {verdict.message}"
+        return ok
+
+
+@dataclass
+class Case:
+    """One failing variant under diagnosis."""
+
+    variant: Variant
+    original: Verdict
+    longest: float  # the longest run of this variant so far (s): the next run's estimate
+    baseline: Tally = field(default_factory=Tally)
+    queue: List[Tuple[Candidate, List[str]]] = field(default_factory=list)  # (candidate, known issues naming it)
+    tried: Dict[str, Tally] = field(default_factory=dict)
+    not_applicable: List[Dict[str, str]] = field(default_factory=list)
+
+    def state(self, repeats: int) -> str:
+        b = self.baseline
+        if Status.SKIP.value in b.statuses:
+            return "skipped"
+        if b.runs < repeats:
+            return "unmeasured"
+        return "fails" if b.passes == 0 else "not-reproduced" if b.passes == b.runs else "flaky"
+
+    def outcome(self, candidate: Candidate, needed: int) -> str:
+        tally = self.tried.get(candidate.id)
+        if tally is None or (not tally.runs and tally.stopped == "budget"):
+            return "untried"
+        bad = [Status(s) for s in tally.statuses if Status(s) not in PASSING]
+        if bad:
+            return {Status.CRASH: "crash", Status.HANG: "hang", Status.SKIP: "skip"}.get(bad[0], "no-fix")
+        return "fix" if tally.passes >= needed else "cut"
+
+    def to_dict(self, repeats: int) -> Dict[str, Any]:
+        b, state = self.baseline, self.state(repeats)
+        needed = required_passes(b.passes, b.runs) if state in ("fails", "flaky") else 0
+        judged = state in ("fails", "flaky", "unmeasured")  # the others have nothing a candidate could change
+        rows = [self._row(c, named, needed) for c, named in self.queue] if judged else []
+        fixes = [r for r in rows if r["outcome"] == "fix"]
+        return {"variant": self.variant.id, "probe": self.variant.spec.id, "params": dict(self.variant.params),
+                "original": {"status": self.original.status.value, "message": self.original.message},
+                "state": state, "pass_rate": f"{b.passes}/{b.runs}", "baseline": b.statuses,
+                "baseline_message": b.message, "required_passes": needed, "candidates": rows,
+                "fixes": [r["id"] for r in fixes], "snippet": fixes[0]["snippet"] if fixes else "",
+                "untried": [r["id"] for r in rows if r["outcome"] == "untried"],
+                "not_applicable": self.not_applicable}
+
+    def _row(self, candidate: Candidate, named: List[str], needed: int) -> Dict[str, Any]:
+        tally = self.tried.get(candidate.id, Tally())
+        row = {"id": candidate.id, "kind": candidate.kind, "title": candidate.title, "cost": candidate.cost,
+               candidate.kind: dict(candidate.env or candidate.params), "outcome": self.outcome(candidate, needed),
+               "runs": tally.runs, "passes": tally.passes, "statuses": tally.statuses, "message": tally.message,
+               "snippet": candidate.paste(), "links": list(candidate.links)}
+        if named:
+            row["known_issues"] = named
+        return row
+
+
+# --- the session --------------------------------------------------------------------------
+
+
+class Doctor:
+    """Baselines, then candidates, every run through the one Runner of this doctor session."""
+
+    def __init__(self, runner: Any, candidates: Dict[str, Candidate], repeats: int, budget_s: float,
+                 say: Callable[[str], None] = lambda line: print(line, flush=True)):
+        self.runner = runner
+        self.candidates = candidates
+        self.repeats = repeats
+        self.budget_s = budget_s
+        self.say = say
+        self.deadline = 0.0
+        self.cases: List[Case] = []
+        self.overhead: Dict[bool, float] = {False: 0.0, True: 0.0}  # launch cost by fresh interpreter or not
+
+    def examine(self, cases: List[Case]) -> None:
+        """Diagnose `cases` (after runner.start()); results go to runner.sections["doctor"]."""
+        self.cases = cases
+        self.deadline = time.monotonic() + self.budget_s
+        for case in cases:
+            self._plan(case)
+        self._publish()
+        for case in cases:
+            self._baseline(case)
+        for rank in range(max((len(c.queue) for c in cases), default=0)):
+            for case in cases:
+                if rank < len(case.queue) and case.state(self.repeats) in ("fails", "flaky"):
+                    self._try(case, case.queue[rank][0])
+        self.runner.current = None
+
+    def _plan(self, case: Case) -> None:
+        """The candidates that apply to this variant, documented (known-issue) ones first, then by cost."""
+        named = named_by_known_issues(case.original, self.runner.fingerprint_cache)
+        base_env = {**os.environ, **self.runner.opts.env}
+        for cid in sorted(set(named) - set(self.candidates)):
+            self.runner.note(f"known issue {', '.join(named[cid])} names unknown workaround candidate '{cid}'")
+        for candidate in self.candidates.values():
+            if not (candidate.matches(case.variant) or candidate.id in named):
+                continue
+            why = candidate.unmet(case.variant, self.runner.device, base_env)
+            if why:
+                case.not_applicable.append({"id": candidate.id, "why": why})
+            else:
+                case.queue.append((candidate, named.get(candidate.id, [])))
+        case.queue.sort(key=lambda item: (not item[1], item[0].cost, item[0].id))
+
+    def _baseline(self, case: Case) -> None:
+        while case.baseline.runs < self.repeats:
+            verdict = self._attempt(case, case.variant, {}, f"{case.variant.id} as it is", case.baseline)
+            if verdict is None:
+                return
+            case.baseline.add(verdict)
+            self._publish()
+            if verdict.status is Status.SKIP:  # does not run here: nothing to measure
+                return
+
+    def _try(self, case: Case, candidate: Candidate) -> None:
+        tally = case.tried.setdefault(candidate.id, Tally())
+        needed = required_passes(case.baseline.passes, case.baseline.runs)
+        while tally.runs < needed:
+            verdict = self._attempt(case, candidate.target(case.variant), dict(candidate.env),
+                                    f"{case.variant.id} + {candidate.id}", tally)
+            if verdict is None or not tally.add(verdict):
+                break
+        self._publish()
+
+    def _attempt(self, case: Case, variant: Variant, env: Dict[str, str], label: str,
+                 tally: Tally) -> Optional[Verdict]:
+        """One run within the budget; None (and `tally.stopped`) when the budget does not cover it."""
+        fresh = bool(env or variant.env() or self.runner.opts.env or variant.spec.fresh_interpreter
+                     or self.runner.isolation == "spawn")
+        left = self.deadline - time.monotonic()
+        if left < case.longest + self.overhead[fresh]:
+            tally.stopped = "budget"
+            return None
+        full = self.runner.opts.timeout or variant.spec.timeout
+        timeout = min(full, left)
+        self.runner.current = label
+        began = time.monotonic()
+        verdict = self.runner.run_variant(variant, env, timeout)
+        self.overhead[fresh] = max(self.overhead[fresh], time.monotonic() - began - verdict.duration_s)
+        case.longest = max(case.longest, verdict.duration_s)
+        self.say(f"  doctor {verdict.status.value.upper():>5}  {label} (run {tally.runs + 1})  {verdict.duration_s:.2f}s")
+        if verdict.status is Status.HANG and timeout < full:
+            tally.stopped = "cut"
+            return None
+        return verdict
+
+    def _publish(self) -> None:
+        self.runner.sections["doctor"] = [case.to_dict(self.repeats) for case in self.cases]
+
+
+# --- output -------------------------------------------------------------------------------
+
+STATE_TEXT = {"fails": "fails: passed {rate} re-runs as it is", "flaky": "flaky: passes {rate} re-runs as it is",
+              "not-reproduced": "passed {rate} re-runs as it is: not reproduced, nothing to fix",
+              "unmeasured": "not measured: the budget ran out ({rate} re-runs)",
+              "skipped": "does not run here (skipped): nothing to diagnose"}
+OUTCOME_TEXT = {"fix": "FIX", "no-fix": "no fix", "crash": "crashed", "hang": "hung", "skip": "n/a here",
+                "cut": "cut", "untried": "untried"}
+
+
+def _state_line(result: Mapping[str, Any]) -> str:
+    line = STATE_TEXT.get(result.get("state"), "{rate}").format(rate=result.get("pass_rate", "?"))
+    if result.get("state") == "flaky":
+        line += f"; a fix must pass {result.get('required_passes')} in a row"
+    return line
+
+
+def _candidate_note(row: Mapping[str, Any]) -> str:
+    if row.get("outcome") == "untried":
+        return "not tried: the budget ran out"
+    if row.get("outcome") == "cut":
+        return "stopped by the budget before enough runs"
+    return row.get("message") or row.get("title", "")
+
+
+def terminal_text(results: List[Dict[str, Any]]) -> str:
+    from tabulate import tabulate
+
+    from .render import short
+
+    if not results:
+        return "doctor: nothing to diagnose: no variant failed"
+    out = []
+    for r in results:
+        out += ["", f"{r['variant']}: {_state_line(r)} (originally {r['original']['status']}: "
+                    f"{short(r['original']['message'], 100)})"]
+        rows = [[OUTCOME_TEXT[c["outcome"]], c["id"], f"{c['passes']}/{c['runs']}", short(_candidate_note(c), 80)]
+                for c in r["candidates"]]
+        if rows:
+            out.append(tabulate(rows, headers=["outcome", "candidate", "passed", "note"], tablefmt="simple"))
+        elif r["state"] in ("fails", "flaky"):
+            out.append("  no candidate workaround applies to this variant")
+        if r["snippet"]:
+            out += [f"  paste this ({r['fixes'][0]}):", *("    " + line for line in r["snippet"].splitlines())]
+    fixed = sum(1 for r in results if r["fixes"])
+    out += ["", f"doctor: {fixed} of {len(results)} failing variant(s) have a workaround"]
+    if any(r["untried"] or r["state"] == "unmeasured" for r in results):
+        out.append("doctor: some candidates were not tried for lack of budget: raise --budget, or lower --timeout "
+                   "(a hanging run costs its whole timeout)")
+    return "\n".join(out)
+
+
+def markdown_lines(results: Any) -> Optional[List[str]]:
+    """The doctor section as Markdown; None when `results` is not doctor's shape (a foreign report)."""
+    from .render import _md_escape, short
+
+    if not isinstance(results, list) or not all(isinstance(r, dict) and isinstance(r.get("variant"), str)
+                                                 and isinstance(r.get("candidates"), list) for r in results):
+        return None
+    out: List[str] = []
+    for r in results:
+        original = r.get("original") if isinstance(r.get("original"), dict) else {}
+        out += [f"### `{r['variant']}`: {_state_line(r)}", "",
+                f"Originally {original.get('status', '?')}: {short(original.get('message', ''), 300)}", ""]
+        rows = [c for c in r["candidates"] if isinstance(c, dict)]
+        if rows:
+            out += ["| candidate | kind | outcome | passed | note |", "|---|---|---|---|---|"]
+            out += [f"| `{c.get('id')}` | {c.get('kind')} | {'**fix**' if c.get('outcome') == 'fix' else c.get('outcome')}"
+                    f" | {c.get('passes')}/{c.get('runs')} | {_md_escape(short(_candidate_note(c), 200))} |"
+                    for c in rows]
+        fixes = [c for c in rows if c.get("outcome") == "fix"]
+        for c in fixes[:1]:
+            out += ["", f"Workaround (`{c.get('id')}`: {c.get('title')}):", "", "```", str(c.get("snippet")), "```"]
+        out.append("")
+    return out
+
+
+# --- command ------------------------------------------------------------------------------
+
+
+def _whole(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
+    return value
+
+
+def register(sub: Any) -> None:
+    from .cli import _add_run_options, _positive_float
+
+    p = sub.add_parser("doctor", help="re-run failing variants under candidate workarounds; say which one fixes them",
+                       description="Run the gate (or --probe/-k, or take the failing variants of --from RUN.json), "
+                                   "then re-run every variant that did not pass: as it is (--repeats times, to "
+                                   "measure its pass rate) and under each candidate workaround that applies "
+                                   "(environment variables, or parameters of the same probe), within --budget "
+                                   "seconds. Exit 0 when every failing variant has a workaround, 1 when one has none.")
+    _add_run_options(p)
+    p.set_defaults(device=None, func=cmd_doctor)
+    p.add_argument("--from", dest="from_path", type=Path, default=None, metavar="RUN.json",
+                   help="diagnose the failing variants of an existing run (report .json or .jsonl journal)")
+    p.add_argument("--repeats", type=_whole, default=DEFAULT_REPEATS, metavar="N",
+                   help=f"runs of the variant as it is, and passes a candidate needs (default {DEFAULT_REPEATS})")
+    p.add_argument("--budget", type=_positive_float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                   help=f"time for all re-runs together (default {DEFAULT_BUDGET_S:g})")
+    p.add_argument("--workarounds", action="append", type=Path, default=[], metavar="FILE",
+                   help="also try the candidates of this JSON file (format: rocmcheck/data/workarounds.json)")
+
+
+def _from_run(args: argparse.Namespace, specs: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Tuple[Variant, Verdict]]]:
+    """The failing variants of a saved run, resolved against the loaded probes."""
+    from .selection import select
+    from .storage import load_report
+
+    source = load_report(args.from_path)
+    chosen = {v.id for v in select(specs, args.probe, args.keyword)} if args.probe or args.keyword else None
+    failing = []
+    for record in source["verdicts"]:
+        verdict = _verdict_of(record)
+        if verdict is None or not verdict.status.is_bad or (chosen is not None and verdict.variant not in chosen):
+            continue
+        spec = specs.get(verdict.probe)
+        if spec is None:
+            raise UsageError(f"{args.from_path}: probe '{verdict.probe}' is not loaded (add its --probes-path)")
+        variant = Variant(spec, dict(verdict.params))
+        if variant.id != verdict.variant:
+            raise UsageError(f"{args.from_path}: variant '{verdict.variant}' does not exist in this rocmcheck")
+        failing.append((variant, verdict))
+    return source, failing
+
+
+def _verdict_of(record: Any) -> Optional[Verdict]:
+    try:
+        return Verdict.from_dict(record)
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, _files_line, _live, _note, _options
+    from .runner import Runner
+    from .session import check_device, gate_variants
+    from .selection import select
+
+    specs = registry.load_all(args.probes_path)
+    candidates = load_candidates(args.workarounds)
+    if args.from_path is not None:
+        source, failing = _from_run(args, specs)
+        if not failing:
+            print(f"doctor: nothing to diagnose: no variant of {args.from_path} failed")
+            return EXIT_OK
+        run = source["run"]
+        args.device = args.device or run.get("device") or "auto"
+        profile = run.get("profile") if run.get("profile") in ("gate", "full") else "full"
+        first = [v for v, _ in failing]
+    else:
+        first = select(specs, args.probe, args.keyword) if args.probe or args.keyword else gate_variants(specs)
+        if not first:
+            raise UsageError("no probe variant matches the selection")
+        profile = "full" if args.probe or args.keyword else "gate"
+    opts = _options(args, profile, "doctor")
+    opts.device = check_device(args.device or "auto")
+    runner = Runner(opts, on_verdict=_live, on_note=_note)
+    doctor = Doctor(runner, candidates, args.repeats, args.budget)
+
+    def diagnose() -> None:
+        if args.from_path is not None:  # this session's first run of each counts: it was not chosen by its outcome
+            cases = [Case(v, old, old.duration_s) for v, old in failing]
+            for case, verdict in zip(cases, runner.verdicts):
+                case.baseline.add(verdict)
+        else:
+            by_id = {v.id: v for v in first}
+            cases = [Case(by_id[v.variant], v, v.duration_s) for v in runner.verdicts if v.status.is_bad]
+        if cases:
+            print(f"\ndoctor: {len(cases)} variant(s) did not pass; re-running them (budget {args.budget:g}s)",
+                  flush=True)
+        doctor.examine(cases)
+
+    print(f"rocmcheck doctor: {len(first)} variants, isolation {opts.isolation}, device {opts.device}", flush=True)
+    report = runner.run(first, after=diagnose)
+    results = report.get("doctor", [])
+    print(terminal_text(results))
+    print(_files_line(report, opts))
+    if report["run"]["partial"]:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if all(r["fixes"] for r in results) else EXIT_FAILED
