@@ -200,7 +200,7 @@ def markdown(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: 
     out += _matrix_section(report["verdicts"], trim.matrix_rows)
     if "doctor" in report:
         out += ["", "## Doctor", ""]
-        out += _generic(report["doctor"]) if trim.doctor else ["(cut: see the JSON twin)"]
+        out += _doctor(report["doctor"]) if trim.doctor else ["(cut: see the JSON twin)"]
     return "\n".join(out) + "\n"
 
 
@@ -308,6 +308,13 @@ def _known_issues_section(verdicts: List[Dict[str, Any]]) -> List[str]:
             out.append(f"  - workaround: {issue['workaround']}")
         out += [f"  - {link}" for link in issue.get("links") or []]
     return out
+
+
+def _doctor(results: Any) -> List[str]:
+    """`rocmcheck doctor`'s results as tables and snippets; any other shape as nested bullets."""
+    from .doctor import markdown_lines
+
+    return markdown_lines(results) or _generic(results)
 
 
 def _generic(value: Any, depth: int = 0) -> List[str]:

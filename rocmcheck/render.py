@@ -76,5 +76,9 @@ def markdown_report(report: Dict[str, Any]) -> str:
             if ev.get(key):
                 out += ["", f"<details><summary>{key}</summary>", "", "```", ev[key].strip()[-3000:], "```",
                         "", "</details>"]
+    if report.get("doctor"):
+        from .doctor import markdown_lines
+
+        out += ["", "## Doctor", "", *(markdown_lines(report["doctor"]) or [])]
     out += ["", "## Matrix", "", markdown_matrix(report["verdicts"]), ""]
     return "\n".join(out)
