@@ -349,13 +349,15 @@ def actor_critic_loss(model, obs, actions, returns, explicit=False):
 
 
 def reference_gradients(model, obs, actions, returns):
-    """Float64, CPU, explicit attention, `torch.autograd.grad` over the whole batch (consumes `model`)."""
+    """Float64, CPU, explicit attention, `torch.autograd.grad` over the whole batch at once (consumes `model`).
+
+    Equal micro-batches and no batch-coupling layers: accumulated micro-batch gradients must equal these.
+    """
     import torch
 
     ref = model.to("cpu", torch.float64)
     params = list(ref.parameters())
-    chunks = zip(obs.chunk(MICRO_BATCHES), actions.chunk(MICRO_BATCHES), returns.chunk(MICRO_BATCHES))
-    loss = sum(actor_critic_loss(ref, o.double(), a, r.double(), explicit=True) for o, a, r in chunks) / MICRO_BATCHES
+    loss = actor_critic_loss(ref, obs.double(), actions, returns.double(), explicit=True)
     return [g.numpy() for g in torch.autograd.grad(loss, params)]
 
 
