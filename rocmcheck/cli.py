@@ -122,6 +122,7 @@ def _needs(v: Variant) -> str:
 def _options(args: argparse.Namespace, profile: str, command: str):
     from .runner import RunOptions
 
+    faults.parse(args.inject)  # a bad fault spec is a usage error before anything runs
     opts = RunOptions(device=args.device, timeout=args.timeout, inject=args.inject, profile=profile,
                       probes_paths=args.probes_path, out_dir=args.out_dir, json_path=args.json, md_path=args.md,
                       command=command)

@@ -104,6 +104,18 @@ def test_fault_specs_parse_with_arg_and_scope():
         parse_faults("segv,nope")
 
 
+@pytest.mark.parametrize("spec,message", [
+    ("sdpa-backward-hang:bogus", "takes math|flash|efficient|cudnn, not 'bogus'"),
+    ("copy-zeros:nope", "not 'nope'"), ("segv:3", "takes no argument"),
+    ("output-flood:lots", "takes a whole number (MiB)"),
+])
+def test_fault_arguments_are_checked(spec, message):
+    with pytest.raises(UsageError, match=message.replace("|", "\\|").replace("(", "\\(").replace(")", "\\)")):
+        parse_faults(spec)
+    assert parse_faults("copy-zeros:pin*")[0].arg == "pin*"  # a glob over the choices
+    assert parse_faults("exit-no-result:3")[0].arg == "3"
+
+
 # --- exit codes and signatures ---------------------------------------------------------------
 
 

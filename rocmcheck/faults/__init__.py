@@ -14,7 +14,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import UsageError
 
@@ -30,13 +30,32 @@ class Fault:
     help: str
     install: Callable[[Optional[str]], None]
     args: str = ""  # what ARG may be, for the catalogue
+    choices: Tuple[str, ...] = ()
+
+    def check_arg(self, arg: Optional[str]) -> None:
+        """ARG must match one of `choices` (globs allowed); with none, `args` names a whole
+        number; a fault without `args` takes no ARG. Raises UsageError."""
+        if arg is None:
+            return
+        if self.choices:
+            if not any(fnmatch.fnmatchcase(c, arg) for c in self.choices):
+                raise UsageError(f"fault '{self.name}' takes {'|'.join(self.choices)}, not '{arg}'")
+        elif not self.args:
+            raise UsageError(f"fault '{self.name}' takes no argument (got '{arg}')")
+        elif not arg.isdigit():
+            raise UsageError(f"fault '{self.name}' takes a whole number ({self.args}), not '{arg}'")
 
 
-def fault(name: str, help: str, args: str = "") -> Callable[[Callable[[Optional[str]], None]], Callable[[Optional[str]], None]]:
-    """Register `install(arg)` as fault `name`; it runs in the child before the probe."""
+def fault(name: str, help: str, args: str = "", choices: Sequence[str] = ()) -> Callable[
+        [Callable[[Optional[str]], None]], Callable[[Optional[str]], None]]:
+    """Register `install(arg)` as fault `name`; it runs in the child before the probe.
+
+    `choices` lists what ARG may name (a glob over them is accepted); without choices,
+    `args` describes a whole-number ARG; a fault with neither takes no ARG.
+    """
 
     def register(install: Callable[[Optional[str]], None]) -> Callable[[Optional[str]], None]:
-        _FAULTS[name] = Fault(name, help, install, args)
+        _FAULTS[name] = Fault(name, help, install, args or "|".join(choices), tuple(choices))
         return install
 
     return register
@@ -72,6 +91,7 @@ def parse(spec: str) -> List[FaultRequest]:
         name, _, arg = body.partition(":")
         if name not in known:
             raise UsageError(f"unknown fault '{name}' (see: rocmcheck list --faults)")
+        known[name].check_arg(arg or None)
         requests.append(FaultRequest(name, arg or None, scope or "*"))
     return requests
 

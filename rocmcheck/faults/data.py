@@ -122,19 +122,19 @@ def _flip_one(out: Any, kind: str = "") -> None:
 
 @fault("copy-zeros", "host-to-device copies come back as zeros (HIP #3874, TheRock #8379); ARG limits it to "
                      "some kinds of copy; off with HSA_ENABLE_SDMA=0, which moves copies off the DMA engines "
-                     "(https://github.com/ROCm/legacy-rocm-build/issues/2781)", args=_KIND_HELP)
+                     "(https://github.com/ROCm/legacy-rocm-build/issues/2781)", args=_KIND_HELP, choices=TRANSFER_KINDS)
 def _copy_zeros(arg: Optional[str]) -> None:
     if os.environ.get("HSA_ENABLE_SDMA") != "0":  # the workaround `rocmcheck doctor` must find
         _patch_transfers(arg, _zero_)
 
 
-@fault("copy-flip", "host-to-device copies come back with one bit flipped in one element", args=_KIND_HELP)
+@fault("copy-flip", "host-to-device copies come back with one bit flipped in one element", args=_KIND_HELP, choices=TRANSFER_KINDS)
 def _copy_flip(arg: Optional[str]) -> None:
     _patch_transfers(arg, _flip_one)
 
 
 @fault("copy-stale", "host-to-device copies return the data of the previous copy of the same shape "
-                     "(a missed wait, pinned-memory races, CuPy #4923)", args=_KIND_HELP)
+                     "(a missed wait, pinned-memory races, CuPy #4923)", args=_KIND_HELP, choices=TRANSFER_KINDS)
 def _copy_stale(arg: Optional[str]) -> None:
     previous: Dict[tuple, Any] = {}
 

@@ -74,7 +74,7 @@ def _patch_sdpa(arg: Optional[str], change: Callable[..., Any]) -> None:
 
 
 @fault("sdpa-backward-hang", "attention backward never returns under one SDPA backend (seeds; pytorch #186174)",
-       args="|".join(SDPA_BACKENDS))
+       choices=SDPA_BACKENDS)
 def _sdpa_backward_hang(arg: Optional[str]) -> None:
     import torch
 
@@ -91,7 +91,7 @@ def _sdpa_backward_hang(arg: Optional[str]) -> None:
 
 
 @fault("sdpa-wrong", "one SDPA backend returns shifted outputs when V is not contiguous (ROCm/pytorch #3230)",
-       args="|".join(SDPA_BACKENDS))
+       choices=SDPA_BACKENDS)
 def _sdpa_wrong(arg: Optional[str]) -> None:
     _patch_sdpa(arg, lambda out, value: out if value.is_contiguous() else out + 0.25)
 
