@@ -133,7 +133,6 @@ def tf32_report(ctx: rocmcheck.ProbeContext) -> Dict[str, Any]:
     variants={"dtype": list(DTYPES), "blas": list(BACKENDS)},
 )
 def gemm(ctx: rocmcheck.ProbeContext, dtype: str, blas: str) -> None:
-    compare.single_thread_on_cpu(ctx)
     name = DTYPES[dtype]
     backend = select_backend(ctx, blas)
     ctx.measure(blas=backend, cpu_scaled=not ctx.on_gpu)

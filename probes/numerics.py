@@ -255,7 +255,6 @@ def check_autocast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
 
 def check_ftz(ctx: rocmcheck.ProbeContext) -> None:
     import numpy as np
-    import torch
 
     m, k, n = 64, 32, 48
     half_tiny = float(np.finfo(np.float16).tiny) / 2  # 2**-15: a float16 subnormal
@@ -295,7 +294,6 @@ CHECKS = {"cast": check_cast, "ops": check_ops, "autocast": check_autocast}
     variants=VARIANTS,
 )
 def numerics(ctx: rocmcheck.ProbeContext, check: str, dtype: str) -> None:
-    compare.single_thread_on_cpu(ctx)
     name = DTYPES[dtype]
     arch = device_arch(ctx)
     if arch:

@@ -217,7 +217,6 @@ def frozen_base_changed(before: Dict[str, Any], model: Any) -> List[str]:
     variants={"mode": list(MODES)},
 )
 def training(ctx: rocmcheck.ProbeContext, mode: str) -> None:
-    compare.single_thread_on_cpu(ctx)
     autocast, lr, loss_tol, grad_tol = MODES[mode]
     cfg = CONFIGS["gpu" if ctx.on_gpu else "cpu"]
     model = build_model(cfg, checkpointing=mode == "checkpoint")

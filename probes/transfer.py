@@ -238,7 +238,6 @@ class Tally:
     variants=[{"method": m, "context": c} for c in CONTEXTS for m in METHODS],
 )
 def transfer(ctx: rocmcheck.ProbeContext, method: str, context: str) -> None:
-    compare.single_thread_on_cpu(ctx)
     sender = Sender(method, ctx.device, ctx.on_gpu)
     load = TrainingLoad(ctx.device, ctx.on_gpu) if context == "training" else None
     tally, best_gbps, pattern = Tally(), 0.0, None

@@ -33,18 +33,6 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def single_thread_on_cpu(ctx: Any) -> None:
-    """On `--device cpu` a probe is a self-test of its own checks: run torch on one intra-op thread.
-
-    OpenMP threads spin-wait; on a small machine under load, two of them made these probes
-    10-50x slower than one (measured on the project's 2-core machine).
-    """
-    if not ctx.on_gpu:
-        import torch
-
-        torch.set_num_threads(1)
-
-
 # --- bit-for-bit ------------------------------------------------------------------------------
 
 
