@@ -64,11 +64,31 @@ NAMES_LISTED = 50  # variant names in one sentence before "and N more"
 # --- building -----------------------------------------------------------------------------
 
 
+# The types the renderers rely on; in a foreign report a field of another type is dropped.
+VERDICT_TYPES = {"params": dict, "message": str, "duration_s": (int, float), "measurements": dict,
+                 "evidence": dict, "known_issues": list, "env": dict}
+EVIDENCE_TYPES = {**{key: str for key in (*EVIDENCE_KEYS, "signal", "exit")}, "signatures": list,
+                  "faults_injected": list}
+ISSUE_TYPES = {"links": list, "title": str, "workaround": str}
+
+
+def _typed(mapping: Dict[str, Any], types: Mapping[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in mapping.items() if k not in types or isinstance(v, types[k])}
+
+
 def valid_verdicts(report: Mapping[str, Any]) -> List[Dict[str, Any]]:
-    """The verdicts a report can be built from; a damaged one is left out (and counted)."""
+    """The verdicts a report can be built from, fields of a foreign type dropped; a record
+    without a probe variant and status is left out (and counted)."""
     statuses = {s.value for s in Status}
-    return [v for v in report.get("verdicts") or [] if isinstance(v, dict) and v.get("status") in statuses
-            and isinstance(v.get("variant"), str) and isinstance(v.get("probe", ""), str)]
+    kept = []
+    for v in report.get("verdicts") or []:
+        if isinstance(v, dict) and v.get("status") in statuses and isinstance(v.get("variant"), str) \
+                and isinstance(v.get("probe", ""), str):
+            v = _typed(v, VERDICT_TYPES)
+            v["evidence"] = _typed(v.get("evidence", {}), EVIDENCE_TYPES)
+            v["known_issues"] = [_typed(i, ISSUE_TYPES) for i in v.get("known_issues", []) if isinstance(i, dict)]
+            kept.append(v)
+    return kept
 
 
 def _with_known_issues(verdict: Dict[str, Any], fingerprint: Dict[str, Any]) -> Dict[str, Any]:
@@ -76,10 +96,8 @@ def _with_known_issues(verdict: Dict[str, Any], fingerprint: Dict[str, Any]) -> 
     if verdict["status"] in ("pass", "skip"):
         return verdict
     current = Verdict(verdict.get("probe") or verdict["variant"].split("[")[0], verdict["variant"],
-                      Status(verdict["status"]), message=str(verdict.get("message", "")),
-                      evidence=verdict.get("evidence") if isinstance(verdict.get("evidence"), dict) else {})
-    recorded = [i for i in verdict.get("known_issues") or [] if isinstance(i, dict)]
-    merged = {str(i.get("id")): i for i in [*recorded, *known_issues.match(current, fingerprint)]}
+                      Status(verdict["status"]), message=verdict.get("message", ""), evidence=verdict["evidence"])
+    merged = {str(i.get("id")): i for i in [*verdict["known_issues"], *known_issues.match(current, fingerprint)]}
     return {**verdict, "known_issues": list(merged.values())}
 
 
@@ -125,7 +143,7 @@ def build(report: Mapping[str, Any], anonymize: bool = False, stem: str = "rocmc
     notes = [f"{dropped} malformed verdict record(s) in the source were left out."] if dropped else []
     context = {"redaction": redactor.summary(), "twin": f"{stem}.json", "source": redactor.text(source),
                "notes": notes}
-    markdown, cuts = _fit(clean, scripts, no_repro, context)
+    markdown, cuts = _fit(clean, scripts, no_repro, context, redactor)
     twin = {**clean, "bug_report": {
         "generated": time.time(), "generator": f"rocmcheck {__version__}", "source": context["source"],
         "redactions": redactor.counts(), "redaction_summary": context["redaction"],
@@ -133,7 +151,7 @@ def build(report: Mapping[str, Any], anonymize: bool = False, stem: str = "rocmc
         "anonymized": anonymize, "markdown_cut": cuts, "notes": notes,
         "reproducers": [{"variant": r.variant, "file": r.filename, "script": r.script} for r in scripts],
         "no_reproducer": no_repro}}
-    return BugReport(redactor.text(markdown), twin, scripts)
+    return BugReport(markdown, twin, scripts)
 
 
 def write(bug: BugReport, md_path: Path) -> List[Path]:
@@ -153,15 +171,16 @@ def write(bug: BugReport, md_path: Path) -> List[Path]:
 
 
 def _fit(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: Dict[str, str],
-         context: Dict[str, Any]) -> tuple:
-    """The Markdown within GITHUB_BODY_LIMIT, cutting by priority; returns (text, cuts)."""
+         context: Dict[str, Any], redactor: Redactor) -> tuple:
+    """The Markdown, redacted once more as a whole, within GITHUB_BODY_LIMIT, cutting by
+    priority; returns (text, cuts)."""
     trim, cuts = Trim(), []
-    text = markdown(report, scripts, no_repro, context, trim, cuts)
+    text = redactor.text(markdown(report, scripts, no_repro, context, trim, cuts))
     for note, change in TRIM_STEPS:
         if len(text) <= GITHUB_BODY_LIMIT:
             return text, cuts
         trim, cuts = replace(trim, **change), [*cuts, note]
-        text = markdown(report, scripts, no_repro, context, trim, cuts)
+        text = redactor.text(markdown(report, scripts, no_repro, context, trim, cuts))
     if len(text) > GITHUB_BODY_LIMIT:
         cuts.append("everything past the GitHub issue limit")
         tail = f"\n\n**[cut at {GITHUB_BODY_LIMIT:,} characters: see the JSON twin `{context['twin']}`]**\n"
@@ -229,7 +248,7 @@ def _summary_paragraph(report: Dict[str, Any], bad: List[Dict[str, Any]], contex
     if bad:
         listed = ", ".join(f"`{v['variant']}` ({v['status']})" for v in bad[:5])
         text += f" Not passing: {listed}{' and more' if len(bad) > 5 else ''}."
-        matched = {i.get("id") for v in bad for i in v.get("known_issues") or []}
+        matched = {str(i.get("id")) for v in bad for i in v["known_issues"]}
         text += f" {len(matched)} known issue(s) match." if matched else " No known issue matches."
     else:
         text += " Every variant passed or was skipped."
@@ -246,20 +265,20 @@ def _fingerprint_table(report: Dict[str, Any]) -> str:
     fp = report["fingerprint"]
     host, dev = _mapping(fp.get("host")), _mapping(fp.get("device_facts"))
     gpus = "; ".join(f"{g.get('index')}: {g.get('name')} ({g.get('arch')}, "
-                     f"{_gib(g.get('memory_bytes'))})" for g in dev.get("devices") or [] if isinstance(g, dict))
+                     f"{_gib(g.get('memory_bytes'))})" for g in _list(dev.get("devices")) if isinstance(g, dict))
     rows = [
         ("rocmcheck", (report.get("tool") or {}).get("version")),
         ("torch", dev.get("torch")),
         ("backend", " ".join(f"{k} {dev[k]}" for k in ("rocm", "hip", "cuda") if dev.get(k)) or dev.get("backend")),
         ("GPUs", gpus or f"none visible ({dev.get('torch_error') or 'CPU run'})"),
         ("device under test", (report.get("run") or {}).get("device")),
-        ("wheel arch list", " ".join(map(str, dev.get("arch_list") or [])) or None),
+        ("wheel arch list", " ".join(map(str, _list(dev.get("arch_list")))) or None),
         ("driver / runtime", ", ".join(f"{k} {dev[k]}" for k in ("nvidia_driver", "hip_runtime", "miopen_runtime")
                                        if dev.get(k)) or None),
         ("OS", dev.get("os_collect_env") or host.get("os")),
         ("kernel", f"{host.get('kernel')}{' (WSL)' if host.get('wsl') else ''}" if host.get("kernel") else None),
         ("Python", host.get("python")),
-        ("GPU kernel options", " ".join(map(str, host.get("kernel_cmdline") or [])) or None),
+        ("GPU kernel options", " ".join(map(str, _list(host.get("kernel_cmdline")))) or None),
         ("GPU environment", ", ".join(f"`{k}={v}`" for k, v in _mapping(host.get("env")).items()) or None),
         ("packages", ", ".join(f"{k} {v}" for k, v in _mapping(host.get("packages")).items()) or None),
     ]
@@ -352,6 +371,10 @@ def _tail(text: str, limit: int) -> str:
 
 def _mapping(value: Any) -> Dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> List[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _pairs(value: Any) -> Optional[str]:

@@ -277,10 +277,11 @@ def _params(spec: ProbeSpec, verdict: Mapping[str, Any]) -> Dict[str, Any]:
 
 def variant_env(report: Mapping[str, Any], verdict: Mapping[str, Any]) -> Dict[str, str]:
     """The GPU-related environment the variant ran with: host, run-wide, then its own."""
-    host = ((report.get("fingerprint") or {}).get("host") or {}).get("env") or {}
+    host = ((report.get("fingerprint") or {}).get("host") or {}).get("env")
     env: Dict[str, str] = {}
-    for layer in (host, (report.get("run") or {}).get("env") or {}, verdict.get("env") or {}):
-        env.update({str(k): str(v) for k, v in layer.items() if v != REDACTED})
+    for layer in (host, (report.get("run") or {}).get("env"), verdict.get("env")):
+        if isinstance(layer, dict):
+            env.update({str(k): str(v) for k, v in layer.items() if v != REDACTED})
     return env
 
 
@@ -296,7 +297,8 @@ def _docstring(verdict: Mapping[str, Any], report: Mapping[str, Any], machine: s
              f"Recorded verdict: {str(verdict.get('status', '?')).upper()}: {message}",
              f"Recorded on: {machine} (rocmcheck {__version__}, run {run.get('id', '?')})"]
     if injected:
-        lines.append(f"That run injected faults ({', '.join(injected)}): a self-test; a healthy machine passes.")
+        lines.append(f"That run injected faults ({', '.join(map(str, injected))}): a self-test; "
+                     "a healthy machine passes.")
     lines += ["", "Needs only torch (and numpy). Usage: python THIS_FILE.py [DEVICE]",
               "Prints PASS, WARN, SKIP, FAIL or ERROR; exit status 1 when the failure reproduces.",
               "Below: the probe's own code and the rocmcheck modules it uses, verbatim, with a small",
@@ -311,8 +313,8 @@ def build(spec: ProbeSpec, verdict: Mapping[str, Any], report: Mapping[str, Any]
         raise ReproError(f"the source of probe '{spec.id}' is not available")
     sources = embedded_sources(spec.module, path)
     config = {"probe": spec.id, "variant": verdict.get("variant", spec.id), "module": spec.module,
-              "params": _params(spec, verdict), "device": (report.get("run") or {}).get("device") or "cpu",
-              "profile": (report.get("run") or {}).get("profile") or "full", "timeout_s": spec.timeout,
+              "params": _params(spec, verdict), "device": str((report.get("run") or {}).get("device") or "cpu"),
+              "profile": str((report.get("run") or {}).get("profile") or "full"), "timeout_s": spec.timeout,
               "env": variant_env(report, verdict)}
     ordered = [spec.module, *sorted(n for n in sources if n not in (spec.module, "rocmcheck")), "rocmcheck"]
     body = ",\n".join(f"    {name!r}: ({_string_literal(sources[name][0])}, {sources[name][1]})" for name in ordered)

@@ -66,11 +66,21 @@ def test_arbitrary_bytes(data, suffix):
         assert_usable(report)
 
 
-@given(st.lists(VERDICT, max_size=4), JSON, JSON, st.lists(JSON, max_size=3))
+FIELDS = ("params", "message", "duration_s", "measurements", "evidence", "known_issues", "env")
+ODD_VERDICT = st.builds(lambda v, fields: {**v, **fields}, VERDICT, st.fixed_dictionaries(
+    {}, optional={**{k: JSON for k in FIELDS}, "evidence": st.dictionaries(st.sampled_from(
+        ["stack", "signal", "signatures", "faults_injected", "returncode", "exit"]), JSON),
+        "known_issues": st.lists(st.dictionaries(st.sampled_from(["id", "title", "links", "workaround"]), JSON))}))
+
+
+@given(st.lists(VERDICT | ODD_VERDICT, max_size=4), JSON, JSON, st.lists(JSON, max_size=3))
 def test_arbitrary_json_inside_a_valid_envelope(verdicts, run, fingerprint, junk):
     """Foreign values where a run, a fingerprint or a verdict belongs: loads, and renders."""
+    facts = {key: fingerprint for key in ("devices", "arch_list", "torch", "rocm")}
     for data in (envelope(verdicts + junk, run=run, fingerprint=fingerprint),
-                 envelope(verdicts, doctor=run, fingerprint={"host": fingerprint, "device": junk})):
+                 envelope(verdicts, doctor=run, fingerprint={"host": {k: junk for k in ("env", "kernel_cmdline",
+                                                                                       "packages", "kernel")},
+                                                             "device_facts": facts, "device": junk})):
         for suffix, text in ((".json", json.dumps(data)), (".jsonl", journal(data))):
             report, error = load_bytes(text.encode(), suffix)
             assert error is None, error
