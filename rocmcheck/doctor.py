@@ -140,13 +140,10 @@ def parse_candidate(entry: Any, where: str) -> Candidate:
 def load_candidates(extra: Sequence[Path] = ()) -> Dict[str, Candidate]:
     """The built-in candidates, then each file of `extra` (a later id replaces an earlier one)."""
     out: Dict[str, Candidate] = {}
+    from .storage import _parse, _read_text
+
     for path in [BUILTIN_FILE, *map(Path, extra)]:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8-sig"))
-        except OSError as exc:
-            raise UsageError(f"workarounds file '{path}': cannot read ({exc.strerror or exc})") from None
-        except ValueError as exc:
-            raise UsageError(f"workarounds file '{path}': not valid JSON ({str(exc).splitlines()[0]})") from None
+        data = _parse(_read_text(path), f"workarounds file '{path}'")
         if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("candidates"), list):
             raise UsageError(f"workarounds file '{path}': expected {{\"schema\": \"{SCHEMA}\", \"candidates\": [...]}}")
         for entry in data["candidates"]:
@@ -501,7 +498,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.from_path is not None:
         source, failing = _from_run(args, specs)
         if not failing:
-            print(f"doctor: nothing to diagnose: no variant of {args.from_path} failed")
+            among = " among the selection" if args.probe or args.keyword else ""
+            print(f"doctor: nothing to diagnose: no variant of {args.from_path} failed{among}")
             return EXIT_OK
         run = source["run"]
         args.device = args.device or run.get("device") or "auto"

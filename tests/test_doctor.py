@@ -191,10 +191,13 @@ def test_nothing_failed_in_a_saved_run_is_exit_0(tmp_path, capsys):
     (["--from", "{unloaded}"], "is not loaded"),
     (["--workarounds", "{foreign}"], "expected {\"schema\""),
     (["--workarounds", "{badkind}"], "\"kind\" must be one of env, params"),
+    (["--workarounds", "{notjson}"], "not valid JSON"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     paths = {"missing": tmp_path / "missing.json", "foreign": tmp_path / "foreign.json",
-             "unloaded": tmp_path / "unloaded.json", "badkind": tmp_path / "badkind.json"}
+             "unloaded": tmp_path / "unloaded.json", "badkind": tmp_path / "badkind.json",
+             "notjson": tmp_path / "notjson.json"}
+    paths["notjson"].write_text("{candidates: [")
     paths["foreign"].write_text('{"hello": 1}')
     paths["unloaded"].write_text(json.dumps({"schema": "rocmcheck-report", "schema_version": "1.0", "run": {},
                                              "verdicts": [Verdict("gone", "gone", Status.FAIL).to_dict()]}))
