@@ -122,9 +122,11 @@ def reproduce(config, sources):
     ctx = rocmcheck.ProbeContext(device=device, profile=config["profile"], params=dict(config["params"]),
                                  timeout=config["timeout_s"])
     try:
-        if device != "cpu":
-            import torch
+        import torch
 
+        if device == "cpu":
+            torch.set_num_threads(1)  # as rocmcheck's child: spin-waiting OpenMP threads slow small machines
+        else:
             torch.cuda.init()
             torch.cuda.set_device(torch.device(device))
         returned = rocmcheck.PROBES[config["probe"]](ctx, **ctx.params)
