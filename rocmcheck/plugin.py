@@ -16,11 +16,18 @@ worker sends its report to the controller, which prints the matrix.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
 
 import pytest
 
@@ -286,7 +293,7 @@ class MatrixPlugin:
     def pytest_report_header(self, config: pytest.Config) -> Optional[str]:
         if not self.distributed:
             return None  # the header comes after collection, once the device is resolved
-        return (f"rocmcheck: {len(self.variants)} probe variants, run one at a time on one xdist worker; "
+        return (f"rocmcheck: {len(self.variants)} probe variants, run one at a time across xdist workers; "
                 f"device {self.settings.device}, isolation {self.settings.isolation or 'default'}")
 
     def pytest_report_collectionfinish(self, config: pytest.Config, items: List[pytest.Item]) -> Optional[str]:
@@ -328,11 +335,32 @@ class MatrixPlugin:
         return runner
 
     def run(self, variant: "Variant") -> "Verdict":
-        runner = self.start()
-        self.current = variant.id
-        verdict = runner.run_one(variant)
-        self.current = None
+        with self.serial():
+            runner = self.start()
+            self.current = variant.id
+            verdict = runner.run_one(variant)
+            self.current = None
         return verdict
+
+    @contextlib.contextmanager
+    def serial(self) -> Iterator[None]:
+        """Under xdist, one probe at a time across every worker of this test run.
+
+        `--dist loadgroup` should already keep the probe items on one worker, but with
+        pytest 9.2 and pytest-xdist 3.8 the grouping silently stops working
+        (pytest-dev/pytest-xdist#1386); a lock file shared by the run's workers keeps the
+        probes serial whatever the scheduler does. (POSIX; elsewhere the grouping alone.)
+        """
+        if not self.is_worker or fcntl is None:
+            yield
+            return
+        uid = self.config.workerinput.get("testrunuid", "run")  # type: ignore[attr-defined]
+        with open(Path(tempfile.gettempdir()) / f"rocmcheck-xdist-{uid}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def judge(self, verdict: "Verdict") -> None:
         """Map the verdict to the item's outcome; with a baseline only regressions fail."""
@@ -376,8 +404,21 @@ class MatrixPlugin:
             session.config.workeroutput[WORKER_FILES] = self.files  # type: ignore[attr-defined]
 
     def receive(self, report: Dict[str, Any], files: List[str]) -> None:
-        """The report of the xdist worker that ran the probes."""
-        self.report, self.files = report, files
+        """The report of an xdist worker that ran probes; several are merged into one matrix."""
+        if self.report is None:
+            self.report, self.files = report, files
+            return
+        verdicts = self.report["verdicts"] + report["verdicts"]
+        counts: Dict[str, int] = {}
+        for v in verdicts:
+            counts[v["status"]] = counts.get(v["status"], 0) + 1
+        mine, theirs = self.report["run"], report["run"]
+        run = {**mine, "counts": counts, "partial": bool(mine.get("partial") or theirs.get("partial")),
+               "interrupted": mine.get("interrupted") or theirs.get("interrupted"),
+               "notes": [*(mine.get("notes") or []), *(theirs.get("notes") or []),
+                         "probes ran on more than one xdist worker, one at a time"]}
+        self.report = {**self.report, "run": run, "verdicts": verdicts}
+        self.files = [*self.files, *files]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.report is None or self.is_worker:

@@ -199,18 +199,38 @@ def test_ctrl_c_leaves_a_partial_report_naming_the_running_probe(project: pytest
     assert report["run"]["partial"] and report["run"]["interrupted"] == "fake-hang" and report["verdicts"] == []
 
 
-def test_xdist_runs_all_probes_on_one_worker(project: pytest.Pytester) -> None:
+SLOW_PROBES = """
+import os, time
+import rocmcheck
+
+@rocmcheck.probe("slow", title="slow", targets="-", variants={"n": [1, 2, 3, 4]})
+def slow(ctx, n):
+    start = time.time()
+    time.sleep(0.3)
+    with open(os.environ["ROCMCHECK_TEST_INTERVALS"], "a") as fh:
+        fh.write(f"{start} {time.time()}\\n")
+"""
+
+
+def test_xdist_runs_the_probes_one_at_a_time(project: pytest.Pytester, monkeypatch) -> None:
+    """With loadgroup working they share one worker; where it silently does not (pytest 9.2 with
+    pytest-xdist 3.8, pytest-dev/pytest-xdist#1386) the workers' shared lock keeps them serial."""
     pytest.importorskip("xdist")
+    (project.path / "sp").mkdir()
+    (project.path / "sp" / "slow.py").write_text(SLOW_PROBES)
+    intervals = project.path / "intervals.txt"
+    monkeypatch.setenv("ROCMCHECK_TEST_INTERVALS", str(intervals))
     project.makepyfile(test_more="def test_a():\n    pass\n\ndef test_b():\n    pass\n")
     result = run(project, "-p", "xdist", "-n", "2", "--dist", "loadgroup", "-v", "--rocm-matrix=out",
-                 "--rocm-probes-path=fp", "-k", "fake-ok or fake-fail or test_")
-    result.assert_outcomes(passed=5, failed=1)
-    workers = {line.split()[0] for line in result.stdout.lines if line.startswith("[gw") and "rocmcheck::" in line}
-    assert len(workers) == 1, workers  # one worker, one Runner: the probes ran one after another
-    result.stdout.fnmatch_lines(["rocmcheck: * probe variants, run one at a time on one xdist worker*"])
-    result.stdout.fnmatch_lines(["*= rocmcheck matrix =*", "fake-fail*FAIL*", "wrote *out*rocmcheck-*.json*"])
-    report = load_report(only(project.path / "out", "*.json"))
-    assert statuses(report["verdicts"]) == {"fake-ok[1]": "pass", "fake-ok[2]": "pass", "fake-fail": "fail"}
+                 "--rocm-probes-path=sp", "-k", "slow or test_")
+    result.assert_outcomes(passed=7)
+    spans = sorted(tuple(map(float, line.split())) for line in intervals.read_text().splitlines())
+    assert len(spans) == 4
+    assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), spans  # never overlapping
+    result.stdout.fnmatch_lines(["rocmcheck: * probe variants, run one at a time*"])
+    result.stdout.fnmatch_lines(["*= rocmcheck matrix =*", "slow[[]4[]]*PASS*", "wrote *out*rocmcheck-*.json*"])
+    reports = [load_report(path) for path in (project.path / "out").glob("*.json")]
+    assert sorted(v["variant"] for r in reports for v in r["verdicts"]) == [f"slow[{n}]" for n in (1, 2, 3, 4)]
 
 
 def test_xdist_mode_that_could_run_probes_concurrently_is_refused(project: pytest.Pytester) -> None:
