@@ -307,8 +307,9 @@ def rank_main(argv, stack_file=None):
     if args.result:
         with open(args.result, "w") as fh:
             fh.write(line)
-    else:
-        print(line, flush=True)
+    else:  # one write() per line: two ranks sharing torchrun's stdout must not interleave
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), (line + "\n").encode())
     return 0 if all(r["ok"] for r in results.values()) else 1
 
 
