@@ -40,12 +40,13 @@ def rows_pattern():
 
 @rocmcheck.probe(
     "workers-dataloader",
-    title="DataLoader with num_workers=2 and pin_memory gives the exact batches",
+    title="DataLoader with worker processes (2) or without (0), and pin_memory, gives the exact batches",
     targets="worker processes or the pin-memory thread delivering wrong, stale or reordered batches",
     links=LINKS,
     timeout=90,
+    variants={"num_workers": [2, 0]},  # 0: loading in the main process, the usual workaround
 )
-def workers_dataloader(ctx):
+def workers_dataloader(ctx, num_workers):
     import numpy as np
     import torch
     from torch.utils.data import DataLoader, TensorDataset
@@ -53,7 +54,7 @@ def workers_dataloader(ctx):
     want = rows_pattern()
     dataset = TensorDataset(torch.from_numpy(want.copy()), torch.arange(ROWS))
     pin = ctx.on_gpu  # pinning needs an accelerator; the CPU run checks the worker path alone
-    loader = DataLoader(dataset, batch_size=BATCH, num_workers=2, pin_memory=pin)
+    loader = DataLoader(dataset, batch_size=BATCH, num_workers=num_workers, pin_memory=pin)
     problems, pinned = [], 0
     batches = 0
     for index, (rows, ids) in enumerate(loader):

@@ -121,6 +121,18 @@ def test_copy_zeros_and_matmul_nan_each_fixed_by_exactly_their_workaround(tmp_pa
     assert "## Doctor" in run_md and "export HSA_ENABLE_SDMA=0" in run_md
 
 
+def test_corrupt_worker_batches_are_fixed_by_loading_in_the_main_process_only(tmp_path, capsys):
+    out = tmp_path / "doctor.json"
+    code = main(["doctor", "--probe", "workers-dataloader", "-k", "workers-dataloader[2]", "--device", "cpu",
+                 "--inject", "loader-corrupt", "--repeats", "2", "--out-dir", str(tmp_path), "--json", str(out)])
+    assert code == 0, capsys.readouterr().out
+    (result,) = load_report(out)["doctor"]
+    assert result["variant"] == "workers-dataloader[2]" and result["state"] == "fails"
+    assert result["fixes"] == ["loader-in-process"]
+    assert rows(result)["serialize-kernels"]["outcome"] == "no-fix"
+    assert "num_workers=0" in result["snippet"]
+
+
 def test_candidates_that_crash_or_hang_are_reported_and_doctor_goes_on(fakes, tmp_path, monkeypatch, capsys):
     issues = tmp_path / "issues.json"
     issues.write_text(json.dumps({"issues": [{"id": "doc-known", "probe": "doc-env", "title": "known",

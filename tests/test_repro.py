@@ -73,7 +73,7 @@ CASES: Dict[str, Optional[str]] = {
     "numerics[cast-bf16]": "bf16-zeros",
     "training[plain]": "matmul-nan",
     "transfer[to-isolated]": "copy-zeros:to",
-    "workers-dataloader": "loader-corrupt",
+    "workers-dataloader[2]": "loader-corrupt",
     "workers-ipc": "ipc-corrupt",
 }
 PLANTED_ENV = ("HSA_OVERRIDE_GFX_VERSION", "not-a-version")  # fails config-lint[hsa-override]
