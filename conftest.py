@@ -1,7 +1,6 @@
 """Shared test fixtures. The rocmcheck plugin itself is loaded once, by its entry point."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Dict, List, Optional
 
