@@ -24,6 +24,7 @@ from . import faults, registry
 from .context import ProbeContext
 from .errors import Skip
 from .jsonsafe import jsonsafe
+from .launch import CHILD_PATHS_ENV, CHILD_PRELOAD_ENV
 from .model import Status
 
 _stack_file: Optional[TextIO] = None  # faulthandler needs the file kept open
@@ -171,14 +172,15 @@ def execute(task: Dict[str, Any]) -> None:
     os._exit(0)  # skip interpreter teardown: a wedged runtime must not turn a verdict into a hang
 
 
-def preload(probes_paths: Any = ()) -> None:
-    """Import torch and the probe modules ahead of the task (zygote and standby children)."""
-    try:
-        import torch  # noqa: F401
-        import torch._dynamo  # noqa: F401 - every torch.optim step imports it first (~2 s per child otherwise)
-    except Exception:
-        pass  # the probe that needs torch reports the import error itself
-    registry.load_all(probes_paths)
+def preload_from_env() -> None:
+    """Import torch, the modules the selected probes asked for and the probe modules ahead of
+    the task (zygote and standby children), as the parent listed them in the environment."""
+    for module in ["torch", *json.loads(os.environ.get(CHILD_PRELOAD_ENV, "[]"))]:
+        try:
+            importlib.import_module(module)
+        except Exception:
+            pass  # the probe that needs it reports the import error itself
+    registry.load_all(json.loads(os.environ.get(CHILD_PATHS_ENV, "[]")))
     faults.catalogue()
 
 
@@ -188,7 +190,7 @@ def main() -> None:
     task_path: List[str] = []
     got_task = threading.Event()
     watch_lifeline(0, on_line=lambda line: (task_path.append(line.strip()), got_task.set()))
-    preload(json.loads(os.environ.get("ROCMCHECK_CHILD_PROBES_PATHS", "[]")))
+    preload_from_env()
     got_task.wait()
     with open(task_path[0], encoding="utf-8") as fh:
         execute(json.load(fh))

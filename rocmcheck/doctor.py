@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import known_issues, registry
 from .errors import UsageError
-from .model import DeviceInfo, Status, Variant, Verdict
+from .model import DeviceInfo, Status, Variant, Verdict, preloads
 
 SCHEMA = "rocmcheck-workarounds/1"
 BUILTIN_FILE = Path(__file__).parent / "data" / "workarounds.json"
@@ -512,6 +512,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         profile = "full" if args.probe or args.keyword else "gate"
     opts = _options(args, profile, "doctor")
     opts.device = check_device(args.device or "auto")
+    opts.preload = preloads(first)
     runner = Runner(opts, on_verdict=_live, on_note=_note)
     doctor = Doctor(runner, candidates, args.repeats, args.budget)
 

@@ -19,6 +19,7 @@ from .proctree import kill_leftovers, signal_tree
 WINDOWS = os.name == "nt"
 
 CHILD_PATHS_ENV = "ROCMCHECK_CHILD_PROBES_PATHS"
+CHILD_PRELOAD_ENV = "ROCMCHECK_CHILD_PRELOAD"
 
 
 @dataclass
@@ -64,10 +65,11 @@ class ChildProcess:
             self.lifeline_fd = -1
 
 
-def child_env(base: Optional[Dict[str, str]], extra: Dict[str, str], probes_paths: Iterable[str]) -> Dict[str, str]:
-    env = dict(os.environ if base is None else base)
+def child_env(extra: Dict[str, str], probes_paths: Iterable[str], preload: Iterable[str] = ()) -> Dict[str, str]:
+    env = dict(os.environ)
     env.update(extra)
     env[CHILD_PATHS_ENV] = json.dumps([str(p) for p in probes_paths])
+    env[CHILD_PRELOAD_ENV] = json.dumps(list(preload))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -77,8 +79,10 @@ class SpawnLauncher:
 
     name = "spawn"
 
-    def __init__(self, probes_paths: List[str], prestart: bool = (os.cpu_count() or 1) > 1):
+    def __init__(self, probes_paths: List[str], prestart: bool = (os.cpu_count() or 1) > 1,
+                 preload: List[str] = ()):
         self.probes_paths = probes_paths
+        self.preload = list(preload)
         self.prestart = prestart
         self._standby: Optional[ChildProcess] = None
 
@@ -89,7 +93,7 @@ class SpawnLauncher:
         try:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "rocmcheck.child"], stdin=life_r, stdout=out_w, stderr=out_w,
-                env=child_env(None, env, self.probes_paths), start_new_session=not WINDOWS, close_fds=True,
+                env=child_env(env, self.probes_paths, self.preload), start_new_session=not WINDOWS, close_fds=True,
                 creationflags=flags,
             )
         finally:

@@ -88,6 +88,7 @@ class ProbeSpec:
     variants: Tuple[Mapping[str, Any], ...] = ({},)
     fresh_interpreter: bool = False  # needs env set before `import torch` (allocator settings)
     env: Optional[Callable[[Mapping[str, Any]], Mapping[str, str]]] = field(default=None, compare=False)
+    preload: Tuple[str, ...] = ()  # modules worth importing once in the zygote (e.g. torch._dynamo)
 
     def expand(self) -> List["Variant"]:
         return [Variant(self, dict(p)) for p in self.variants]
@@ -163,3 +164,8 @@ class Verdict:
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["status"] = Status(data["status"])
         return cls(**kwargs)
+
+
+def preloads(variants: Sequence["Variant"]) -> List[str]:
+    """The modules the selected variants' probes ask the zygote to import once."""
+    return sorted({module for v in variants for module in v.spec.preload})

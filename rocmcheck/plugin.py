@@ -318,11 +318,13 @@ class MatrixPlugin:
         if self.runner is not None:
             return self.runner
         from .errors import UsageError
+        from .model import preloads
         from .runner import RunOptions, Runner
 
         s = self.settings
         opts = RunOptions(device=s.device, timeout=s.timeout, inject=s.inject, probes_paths=list(s.probes_paths),
-                          profile="gate" if s.gate_only else "full", out_dir=s.out_dir, command="pytest")
+                          profile="gate" if s.gate_only else "full", out_dir=s.out_dir, command="pytest",
+                          preload=preloads(self.variants))
         if s.isolation:
             opts.isolation = s.isolation
         runner = Runner(opts)

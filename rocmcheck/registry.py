@@ -35,6 +35,7 @@ def probe(
     variants: Union[None, Mapping[str, Sequence[Any]], Sequence[Mapping[str, Any]]] = None,
     fresh_interpreter: bool = False,
     env: Optional[Callable[[Mapping[str, Any]], Mapping[str, str]]] = None,
+    preload: Sequence[str] = (),
 ) -> Callable[[ProbeFn], ProbeFn]:
     """Register `func(ctx, **params)` as a probe.
 
@@ -44,6 +45,8 @@ def probe(
     (cartesian product); `gate` is a bool or a predicate over a variant's parameters.
     `env(params)` returns variables set in that variant's child before it imports torch
     (the child is then a fresh interpreter); they are recorded in the verdict.
+    `preload` names modules the zygote imports once when this probe is selected (an import
+    that every child would otherwise pay for, like `torch._dynamo` before an optimizer step).
     """
     if not _ID_RE.match(id):
         raise ValueError(f"probe id {id!r} must match {_ID_RE.pattern}")
@@ -54,6 +57,7 @@ def probe(
             id=id, title=title, targets=targets, func=func, module=func.__module__,
             links=tuple(links), timeout=float(timeout), gate=gate, requires=req,
             variants=expand_variants(variants), fresh_interpreter=fresh_interpreter, env=env,
+            preload=tuple(preload),
         )
         existing = _REGISTRY.get(id)
         if existing is not None and existing.module != spec.module:

@@ -45,6 +45,7 @@ class RunOptions:
     profile: str = "full"
     probes_paths: List[str] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)  # set in every child
+    preload: List[str] = field(default_factory=list)  # modules imported once by the zygote
     out_dir: Path = Path("reports")
     json_path: Optional[Path] = None
     md_path: Optional[Path] = None
@@ -104,7 +105,7 @@ class Runner:
         if self.isolation == "zygote":
             from .zygote import ZygoteLauncher
 
-            zygote = ZygoteLauncher(paths)
+            zygote = ZygoteLauncher(paths, self.opts.preload)
             info = zygote.wait_ready()
             if info.get("ok"):
                 self.launcher = zygote
@@ -112,13 +113,13 @@ class Runner:
             zygote.close()
             self.isolation = "spawn"
             self.note(f"zygote unusable ({info.get('reason')}); using spawn isolation")
-        self.launcher = SpawnLauncher(paths)
+        self.launcher = SpawnLauncher(paths, preload=self.opts.preload)
 
     def fall_back_to_spawn(self, why: str) -> None:
         """A forked child could not initialise the GPU: fresh interpreters from now on."""
         self.launcher.close()
         self.isolation = "spawn"
-        self.launcher = SpawnLauncher([str(p) for p in self.opts.probes_paths])
+        self.launcher = SpawnLauncher([str(p) for p in self.opts.probes_paths], preload=self.opts.preload)
         self.note(f"fell back to spawn isolation: {why}")
 
     def _task(self, **fields: Any) -> Dict[str, Any]:
@@ -134,7 +135,8 @@ class Runner:
         env = {**self.opts.env, **env}
         launcher = self.launcher
         if (fresh or env) and self.isolation == "zygote":
-            launcher = SpawnLauncher(task["probes_paths"], prestart=False)  # env before `import torch`
+            launcher = SpawnLauncher(task["probes_paths"], prestart=False,  # env before `import torch`
+                                     preload=self.opts.preload)
         child = launcher.launch(str(task_path), env)
         return supervise(child, float(task["timeout"]), task["started_path"])
 

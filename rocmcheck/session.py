@@ -6,7 +6,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 from . import registry
 from .errors import UsageError
-from .model import Variant, Verdict
+from .model import Variant, Verdict, preloads
 from .runner import RunOptions, Runner
 from .selection import select
 
@@ -49,4 +49,5 @@ def run_variants(options: RunOptions, variants: List[Variant],
                  on_note: Optional[Callable[[str], None]] = None) -> Dict:
     options.device = check_device(options.device)
     check_timeout(options.timeout)
+    options.preload = sorted(set(options.preload) | set(preloads(variants)))
     return Runner(options, on_verdict, on_note).run(variants)

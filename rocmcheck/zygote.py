@@ -36,13 +36,13 @@ class ZygoteLauncher:
 
     name = "zygote"
 
-    def __init__(self, probes_paths: List[str]):
+    def __init__(self, probes_paths: List[str], preload: List[str] = ()):
         self.probes_paths = probes_paths
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server = subprocess.Popen(
             [sys.executable, "-m", "rocmcheck.zygote", str(theirs.fileno())],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, env=child_env(None, {}, probes_paths), start_new_session=True,
+            stderr=subprocess.PIPE, env=child_env({}, probes_paths, preload), start_new_session=True,
         )
         theirs.close()
         self._cond = threading.Condition()
@@ -172,7 +172,7 @@ def serve(fd: int) -> None:
     os.environ[ZYGOTE_ENV] = "zygote"
     from . import child
 
-    child.preload(json.loads(os.environ.get("ROCMCHECK_CHILD_PROBES_PATHS", "[]")))
+    child.preload_from_env()
     ready = {"op": "ready", "ok": True, "torch": None}
     if "torch" in sys.modules:
         import torch

@@ -330,6 +330,19 @@ def test_child_that_never_starts_its_task_is_a_hang_saying_so(tmp_path):
     assert end.timed_out and end.never_started and end.returncode is not None
 
 
+@pytest.mark.parametrize("isolation", ["zygote", "spawn"])
+def test_a_probes_preload_is_imported_before_it_runs_and_only_when_selected(rocm_run, tmp_path, isolation):
+    (tmp_path / "preloading.py").write_text(
+        "import sys\nimport rocmcheck\n"
+        "@rocmcheck.probe('preloading', title='t', targets='t', preload=('xml.dom.minidom',))\n"
+        "def preloading(ctx):\n    assert 'xml.dom.minidom' in sys.modules, 'not preloaded'\n"
+        "@rocmcheck.probe('plain', title='t', targets='t')\n"
+        "def plain(ctx):\n    assert 'xml.dom.minidom' not in sys.modules, 'preloaded for nothing'\n")
+    (first,) = rocm_run(probe="preloading", probes_path=[str(tmp_path)], isolation=isolation)
+    (second,) = rocm_run(probe="plain", probes_path=[str(tmp_path)], isolation=isolation)
+    assert (first["status"], second["status"]) == ("pass", "pass"), (first["message"], second["message"])
+
+
 def test_device_that_is_not_present_is_a_usage_error():
     from rocmcheck.runner import RunOptions, Runner
 
