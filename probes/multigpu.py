@@ -273,7 +273,7 @@ def check_fsdp(torch, dist, device, rank, world):
 RANK_CHECKS = {"all_reduce": check_all_reduce, "ddp": check_ddp, "fsdp": check_fsdp}
 
 
-def rank_main(argv, stack_file=None):
+def rank_main(argv):
     """One rank: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT from the environment (torchrun's)."""
     import faulthandler
     from datetime import timedelta

@@ -64,31 +64,13 @@ NAMES_LISTED = 50  # variant names in one sentence before "and N more"
 # --- building -----------------------------------------------------------------------------
 
 
-# The types the renderers rely on; in a foreign report a field of another type is dropped.
-VERDICT_TYPES = {"params": dict, "message": str, "duration_s": (int, float), "measurements": dict,
-                 "evidence": dict, "known_issues": list, "env": dict}
-EVIDENCE_TYPES = {**{key: str for key in (*EVIDENCE_KEYS, "signal", "exit")}, "signatures": list,
-                  "faults_injected": list}
-ISSUE_TYPES = {"links": list, "title": str, "workaround": str}
-
-
-def _typed(mapping: Dict[str, Any], types: Mapping[str, Any]) -> Dict[str, Any]:
-    return {k: v for k, v in mapping.items() if k not in types or isinstance(v, types[k])}
-
-
 def valid_verdicts(report: Mapping[str, Any]) -> List[Dict[str, Any]]:
-    """The verdicts a report can be built from, fields of a foreign type dropped; a record
-    without a probe variant and status is left out (and counted)."""
+    """The verdicts a report can be built from (the loader already dropped fields of a foreign
+    type); a record without a probe variant and status is left out (and counted)."""
     statuses = {s.value for s in Status}
-    kept = []
-    for v in report.get("verdicts") or []:
-        if isinstance(v, dict) and v.get("status") in statuses and isinstance(v.get("variant"), str) \
-                and isinstance(v.get("probe", ""), str):
-            v = _typed(v, VERDICT_TYPES)
-            v["evidence"] = _typed(v.get("evidence", {}), EVIDENCE_TYPES)
-            v["known_issues"] = [_typed(i, ISSUE_TYPES) for i in v.get("known_issues", []) if isinstance(i, dict)]
-            kept.append(v)
-    return kept
+    return [v for v in report.get("verdicts") or []
+            if isinstance(v, dict) and v.get("status") in statuses and isinstance(v.get("variant"), str)
+            and isinstance(v.get("probe", ""), str)]
 
 
 def _with_known_issues(verdict: Dict[str, Any], fingerprint: Dict[str, Any]) -> Dict[str, Any]:

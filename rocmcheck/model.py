@@ -30,7 +30,6 @@ class Status(str, enum.Enum):
 
 BAD_STATUSES = frozenset({Status.FAIL, Status.ERROR, Status.CRASH, Status.HANG})
 
-PROFILES = ("gate", "full")
 
 
 @dataclass(frozen=True)

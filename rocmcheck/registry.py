@@ -63,7 +63,6 @@ def probe(
         if existing is not None and existing.module != spec.module:
             raise UsageError(f"probe id '{id}' is defined twice ({existing.module} and {spec.module})")
         _REGISTRY[id] = spec
-        func.__rocmcheck_probe__ = spec  # type: ignore[attr-defined]
         return func
 
     return register

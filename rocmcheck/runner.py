@@ -7,6 +7,7 @@ with a partial report that names the interrupted probe.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -69,7 +70,7 @@ class Runner:
         self.opts = options
         self.on_verdict = on_verdict or (lambda v: None)
         self.on_note = on_note or (lambda s: None)
-        self.fault_requests = faults.parse(options.inject) if options.inject else []
+        faults.parse(options.inject)  # a bad fault spec is a usage error before any child starts
         if options.isolation not in ISOLATIONS:
             raise UsageError(f"--isolation must be one of {', '.join(ISOLATIONS)}, not '{options.isolation}'")
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
@@ -256,11 +257,10 @@ class Runner:
             self.close_launcher()
         return self.finish(interrupted)
 
-    @property
+    @functools.cached_property
     def fingerprint_cache(self) -> Dict[str, Any]:
-        if not hasattr(self, "_fp"):
-            self._fp = self.fingerprint()
-        return self._fp
+        """The fingerprint, taken once the device is resolved (host facts cost a few ms)."""
+        return self.fingerprint()
 
     def _journal(self, record: Dict[str, Any]) -> None:
         if self.journal:

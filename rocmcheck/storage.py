@@ -146,8 +146,7 @@ def journal_to_report(lines: List[str], what: str) -> Dict[str, Any]:
             started = None
         elif kind == "end":
             end = rec
-    report = _conform({k: v for k, v in header.items() if k not in ("record", "t")})
-    report["verdicts"] = verdicts
+    report = _conform({**{k: v for k, v in header.items() if k not in ("record", "t")}, "verdicts": verdicts})
     run = report["run"]
     if end is None:
         run["partial"] = True
@@ -161,13 +160,38 @@ def journal_to_report(lines: List[str], what: str) -> Dict[str, Any]:
 _MAPPINGS = {"run": (), "tool": (), "fingerprint": ("host", "device", "device_facts")}
 
 
+# The types every reader (matrix, diff, report, doctor, the plugin's baseline) relies on.
+VERDICT_TYPES = {"params": dict, "message": str, "duration_s": (int, float), "measurements": dict,
+                 "evidence": dict, "known_issues": list, "env": dict}
+EVIDENCE_TYPES = {**{key: str for key in ("stack", "traceback", "output_tail", "signal", "exit")},
+                  "signatures": list, "faults_injected": list}
+ISSUE_TYPES = {"links": list, "title": str, "workaround": str}
+
+
+def _typed(mapping: Dict[str, Any], types: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in mapping.items() if k not in types or isinstance(v, types[k])}
+
+
+def _conform_verdict(verdict: Any) -> Any:
+    """Drop the fields of a verdict whose type is foreign; a record that is not a mapping is
+    left for the reader to reject or skip (diff rejects it, report leaves it out)."""
+    if not isinstance(verdict, dict):
+        return verdict
+    verdict = _typed(verdict, VERDICT_TYPES)
+    verdict["evidence"] = _typed(verdict.get("evidence", {}), EVIDENCE_TYPES)
+    verdict["known_issues"] = [_typed(i, ISSUE_TYPES) for i in verdict.get("known_issues", []) if isinstance(i, dict)]
+    return verdict
+
+
 def _conform(report: Dict[str, Any]) -> Dict[str, Any]:
-    """Replace a non-mapping where a mapping belongs (in a foreign or damaged report) with {}."""
+    """Replace a non-mapping where a mapping belongs (in a foreign or damaged report) with {},
+    and drop verdict fields of a foreign type, so that readers can render without checks."""
     for key, inner in _MAPPINGS.items():
         part = report[key] = dict(report[key]) if isinstance(report.get(key), dict) else {}
         for name in inner:
             if not isinstance(part.get(name, {}), dict):
                 part[name] = {}
+    report["verdicts"] = [_conform_verdict(v) for v in report["verdicts"]]
     return report
 
 

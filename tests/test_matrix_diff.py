@@ -165,3 +165,17 @@ def test_matrix_and_diff_never_import_torch(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("(0, 1)")
+
+
+def test_verdict_fields_of_a_foreign_type_are_dropped_by_the_loader_not_a_crash(tmp_path, capsys) -> None:
+    data = report({"transfer[to]": "fail"})
+    data["verdicts"][0].update(duration_s="slow", message=["not", "text"], evidence={"stack": 3, "exit": "SIGSEGV"})
+    code = main(["matrix", save(tmp_path / "foreign.json", data), "--md", str(tmp_path / "m.md")])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "transfer[to]" in out.out and "FAIL" in out.out
+    from rocmcheck.storage import load_report
+
+    (verdict,) = load_report(tmp_path / "foreign.json")["verdicts"]
+    assert "duration_s" not in verdict and "message" not in verdict
+    assert verdict["evidence"] == {"exit": "SIGSEGV"}
