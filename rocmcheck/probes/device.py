@@ -1,7 +1,7 @@
 """Device smoke: the first kernel and reduction on the device, checked against numpy.
 
 Targets "Memory access fault by GPU node-N ... on address (nil)", "invalid device
-function" and HSA aborts on the very first `.cuda()` (failure catalogue §6, §10).
+function" and HSA aborts on the very first `.cuda()` (docs/failure-catalogue.md §6, §10).
 Those failures kill the process; the runner turns the signal and the stderr
 signature into a `crash` verdict naming them.
 """
