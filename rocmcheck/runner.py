@@ -202,10 +202,10 @@ class Runner:
         (a fresh interpreter then), `timeout` replaces the variant's own (doctor's attempts)."""
         spec = variant.spec
         reason = spec.requires.unmet(self.device, sys.platform)
+        if self.gpu_problem and spec.id != GPU_VISIBLE:
+            reason = f"not run: torch cannot use this host's GPU (see {GPU_VISIBLE})"
         if reason is None and self.wedged and self.device.kind == "gpu":
             reason = f"skipped: an earlier probe ({self.wedged}) left a process that cannot be killed"
-        if reason is None and self.gpu_problem and spec.id != GPU_VISIBLE:
-            reason = f"not run: torch cannot use this host's GPU (see {GPU_VISIBLE})"
         if reason:
             return Verdict(spec.id, variant.id, Status.SKIP, dict(variant.params), reason)
         timeout = timeout or self.opts.timeout or spec.timeout
