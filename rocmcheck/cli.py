@@ -226,7 +226,9 @@ def _env_text(fp: Dict[str, Any]) -> str:
     d, h = fp.get("device_facts") or {}, fp.get("host") or {}
     rows = [["torch", d.get("torch")], ["HIP", d.get("hip")], ["ROCm", d.get("rocm")], ["CUDA", d.get("cuda")],
             ["wheel arch list", " ".join(d.get("arch_list") or []) or None],
-            ["driver", d.get("nvidia_driver") or d.get("hip_runtime")], ["OS", h.get("os")],
+            ["driver", d.get("nvidia_driver") or d.get("amdgpu_driver")], ["HIP runtime", d.get("hip_runtime")],
+            ["cuDNN / MIOpen", d.get("cudnn")], ["NCCL / RCCL", d.get("nccl")], ["hipBLASLt", d.get("hipblaslt")],
+            ["OS", h.get("os")],
             ["kernel", h.get("kernel")], ["WSL", h.get("wsl")], ["Python", h.get("python")],
             ["GPU kernel options", " ".join(h.get("kernel_cmdline") or []) or None]]
     rows += [[f"GPU {g.get('index')}", f"{g.get('name')} ({g.get('arch')}, {g.get('memory_bytes', 0) / 2**30:.1f} GiB)"]

@@ -1,10 +1,15 @@
 """`ProbeContext`: what a probe function receives as its first argument."""
 from __future__ import annotations
 
+import contextlib
+import os
+import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, NoReturn
+from typing import Any, Dict, Iterator, List, NoReturn, Optional
 
 from .errors import Skip
+
+FIRST_USE_SUFFIX = ".first-use"  # beside the watchdog's start marker while a probe is in `first_use()`
 
 
 @dataclass
@@ -14,7 +19,8 @@ class ProbeContext:
     `device` is "cpu" or "cuda:N" (ROCm builds use the same "cuda" device string).
     `profile` is "gate" (quick, critical) or "full" (every size and repeat).
     `requested_device` is what `--device` asked for (auto, cpu or cuda:N): "cpu" on a GPU
-    host means the GPU was left out on purpose.
+    host means the GPU was left out on purpose. `device_facts` are the run's device facts,
+    gathered once by the runner (torch build, arch list, devices, runtime versions).
     """
 
     device: str = "cpu"
@@ -24,6 +30,8 @@ class ProbeContext:
     timeout: float = 60.0
     measurements: Dict[str, Any] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
+    device_facts: Dict[str, Any] = field(default_factory=dict)
+    started_path: Optional[str] = None  # the watchdog's start marker (None outside a child)
 
     @property
     def on_gpu(self) -> bool:
@@ -44,6 +52,25 @@ class ProbeContext:
     def measure(self, **values: Any) -> None:
         """Record measurements (kept whatever the verdict, e.g. GB/s, max error)."""
         self.measurements.update(values)
+
+    @contextlib.contextmanager
+    def first_use(self) -> Iterator[None]:
+        """Wrap a first call that compiles or autotunes (a cold MIOpen cache took 63 s for
+        resnet18 on an MI50): its time is measured as `first_use_s` and kept out of the
+        probe's timeout, within the watchdog's separate first-use limit."""
+        began = time.time()
+        if self.started_path:
+            open(self.started_path + FIRST_USE_SUFFIX, "w").close()
+        try:
+            yield
+            self.synchronize()
+        finally:
+            spent = time.time() - began
+            self.measurements["first_use_s"] = round(self.measurements.get("first_use_s", 0.0) + spent, 4)
+            if self.started_path:  # move the start forward by the time spent, then leave first use
+                mark = os.stat(self.started_path).st_mtime + spent
+                os.utime(self.started_path, (mark, mark))
+                os.unlink(self.started_path + FIRST_USE_SUFFIX)
 
     def synchronize(self) -> None:
         """Wait for queued GPU work so asynchronous errors surface inside the probe."""

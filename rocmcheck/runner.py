@@ -26,6 +26,7 @@ from .launch import SpawnLauncher
 from .model import DeviceInfo, Status, Variant, Verdict
 from .registry import module_file
 from .storage import Journal, SCHEMA, SCHEMA_VERSION, report_json, write_atomic
+from . import watchdog
 from .watchdog import ChildEnd, supervise
 
 ISOLATIONS = ("zygote", "spawn")
@@ -210,7 +211,7 @@ class Runner:
             return Verdict(spec.id, variant.id, Status.SKIP, dict(variant.params), reason)
         timeout = timeout or self.opts.timeout or spec.timeout
         task = self._task(probe=spec.id, params=variant.params, device=self.device.name,
-                          device_requested=self.opts.device, profile=self.opts.profile,
+                          device_requested=self.opts.device, device_facts=self.facts, profile=self.opts.profile,
                           timeout=timeout, module_file=module_file(spec))
         variant_env = {**variant.env(), **(env or {})}
         end = self._launch(task, variant_env, spec.fresh_interpreter)
@@ -390,8 +391,11 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
         status = Status.HANG
         message = f"no verdict within {timeout:g}s; child killed ({', '.join(end.kill_steps)})"
         if end.never_started:
-            message = f"the child never started its task (stuck starting Python or importing torch); " \
-                      f"killed ({', '.join(end.kill_steps)})"
+            message = f"the child never started its task (stuck starting Python, importing torch or " \
+                      f"initialising the GPU runtime); killed ({', '.join(end.kill_steps)})"
+        if end.in_first_use:
+            message = f"first-use compilation ran past its {watchdog.FIRST_USE_LIMIT_S:g}s limit; child killed " \
+                      f"({', '.join(end.kill_steps)})"
         if end.unkillable:
             message = f"no verdict within {timeout:g}s and the child could not be killed " \
                       f"(state {end.state.get('status', '?')}); remaining GPU probes skipped"

@@ -129,10 +129,11 @@ CHECK_FUNCS = {"hsa-override": check_hsa_override, "arch-in-wheel": check_arch_i
                "python-version": check_python_version}
 
 
-def gather_facts():
+def gather_facts(run_facts):
+    """The run's device facts (gathered once per run by the runner), else this child's own."""
     from rocmcheck.fingerprint import device_facts, env_vars, kfd_gfx_targets, package_versions
 
-    dev = device_facts()
+    dev = run_facts if run_facts.get("torch") else device_facts()
     return {"env": env_vars(), "kfd_gfx_targets": kfd_gfx_targets(), "packages": package_versions(),
             "python": sys.version.split()[0], "torch": dev.get("torch"), "has_int1": dev.get("has_int1", False),
             "arch_list": dev.get("arch_list") or [], "devices": dev.get("devices") or [],
@@ -150,7 +151,7 @@ def gather_facts():
     variants={"check": CHECKS},
 )
 def config_lint(ctx, check):
-    problems, risks = CHECK_FUNCS[check](gather_facts())
+    problems, risks = CHECK_FUNCS[check](gather_facts(ctx.device_facts))
     for risk in risks:
         ctx.warn(risk)
     assert not problems, "; ".join(problems)
