@@ -1,4 +1,5 @@
-"""Host-to-device transfers by eight methods, read back and checked bit for bit.
+"""Host-to-device transfers by eight methods, device-to-host and device-to-device copies, checked
+bit for bit against the host pattern.
 
 Targets copies that come back as zeros, NaN or stale data, or crash (failure catalogue §1):
 HIP #3874 (access violation in memcpy_and_sync, gfx1151), TheRock #8379 (silent zeros,
@@ -6,7 +7,12 @@ gfx1201), legacy-rocm-build #6123 (NaN on repeated `.to("cuda")`, gfx1030), pinn
 races, and the seeds' report: CPU->GPU copies returning zeros only inside a training loop,
 with all eight methods tried by hand.
 
-Variants are method x context (8 x 2). A method or a context is what a user can change in
+`d2h` (`Tensor.cpu()`) and `d2d` (`Tensor.clone()`) start from data staged on the device
+with `.to()`; the reference is still the host pattern, and a bad copy is attributed to the
+staging, the copy itself or the read-back by checksums on the device. D2H is in the gate
+(every read-back depends on it), D2D in the full profile.
+
+Variants are method x context (10 x 2). A method or a context is what a user can change in
 their code, so each gets its own row in the matrix; dtypes (float32, float16, bfloat16,
 int32), sizes, contiguous and strided sources and repeats are looped inside a variant, with
 measurements per dtype, because they describe one failure rather than a workaround, and a
@@ -21,7 +27,7 @@ attributed with a device-side checksum: the device holding the right bytes means
 device-to-host, otherwise host-to-device. The side-stream method waits with `wait_stream` and
 `record_stream`, as PyTorch documents (ROCm/pytorch#3194 was closed as correct semantics).
 
-On `--device cpu` every method still copies into separate storage (`copy=True`, a clone where
+On `--device cpu` every method still copies into separate storage (`copy=True`, a copy of the array where
 `as_tensor` would share memory), so the comparison runs for real; `.cuda()` and the side
 stream fall back to `.to(copy=True)` and pinning is skipped (the CPU has neither streams nor
 pinned memory), and sizes stop at 1 MiB in the gate (64 MiB in full): big copies test a
@@ -38,7 +44,8 @@ from typing import Any, Dict, List, Optional
 import rocmcheck
 from rocmcheck import compare
 
-METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream")
+METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream", "d2h", "d2d")
+FROM_DEVICE = ("d2h", "d2d")  # the source is staged on the device; the copy under test starts there
 CONTEXTS = ("isolated", "training")
 PINNED_METHODS = ("pinned", "side-stream")
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
@@ -193,6 +200,10 @@ class Sender:
             return src.pin_memory()
         if self.method in ("tensor", "as-tensor"):
             return src_np
+        if self.method in FROM_DEVICE:  # staged on the device (a strided source keeps its layout there)
+            whole = src if src.is_contiguous() else src.as_strided((src.numel() * 2 - 1,), (1,))
+            dev = whole.to(self.device, copy=True)
+            return dev if src.is_contiguous() else dev[::2]
         if self.method == "copy_":
             return src, torch.empty(src.shape, dtype=src.dtype, device=self.device)
         return src
@@ -208,13 +219,17 @@ class Sender:
         if m in ("to-nonblocking", "pinned") or (m == "side-stream" and not self.on_gpu):
             return staged.to(self.device, non_blocking=True, copy=self.copy)
         if m in ("tensor", "as-tensor"):
+            if m == "as-tensor" and self.copy:  # as_tensor shares a host array's memory on the CPU
+                staged = staged.copy()
             out = (torch.tensor if m == "tensor" else torch.as_tensor)(staged, device=self.device)
-            if out.data_ptr() == staged.ctypes.data:  # as_tensor shares a host array's memory on the CPU
-                out = out.clone()
             return out.view(torch.bfloat16) if dtype == "bfloat16" else out
         if m == "copy_":
             src, dst = staged
             return dst.copy_(src)
+        if m == "d2h":
+            return staged.cpu()
+        if m == "d2d":
+            return staged.clone()
         return self._side_stream(staged)
 
     def _side_stream(self, staged: Any) -> Any:
@@ -247,15 +262,23 @@ def as_tensor_of(src_np: Any, dtype: str) -> Any:
     return t.view(torch.bfloat16) if dtype == "bfloat16" else t
 
 
-def origin(dst: Any, pattern: compare.Pattern, seed: int, first_bad: int) -> str:
+def origin(dst: Any, pattern: compare.Pattern, seed: int, first_bad: int, method: str = "",
+           device_source: Any = None) -> str:
     """Which direction failed, judged on a window of elements around the first bad one (bounded
     time whatever the copy's size): a checksum computed on the device equal to the host's
-    means the device holds the right data."""
+    means the device holds the right data. `device_source`: where a d2h/d2d copy started."""
     lo = max(0, min(first_bad - ATTRIBUTION_WINDOW // 2, pattern.n - ATTRIBUTION_WINDOW))
     hi = min(pattern.n, lo + ATTRIBUTION_WINDOW)
     where = f"judged on elements {lo}..{hi - 1}"
-    if compare.device_checksum(dst.detach().reshape(-1)[lo:hi]) == compare.checksum(pattern.values(seed, lo, hi)):
+    want = compare.checksum(pattern.values(seed, lo, hi))
+
+    def right(t: Any) -> bool:
+        return compare.device_checksum(t.detach().reshape(-1)[lo:hi]) == want
+
+    if right(dst) or (method == "d2h" and right(device_source)):
         return f"device-to-host (the device holds the right data; the read-back is wrong; {where})"
+    if method == "d2d" and right(device_source):
+        return f"device-to-device (the source on the device is right, its copy is wrong; {where})"
     return f"host-to-device (the device holds wrong data; {where})"
 
 
@@ -287,11 +310,11 @@ class Tally:
 
 @rocmcheck.probe(
     "transfer",
-    title="Host-to-device copies by eight methods, checked bit for bit",
+    title="Host-to-device copies by eight methods, device-to-host and device-to-device, checked bit for bit",
     targets="copies returning zeros, NaN or stale data (HIP #3874, TheRock #8379, #6123), also in a training loop",
     links=LINKS,
     timeout=300,
-    gate=lambda p: p["context"] == "training",
+    gate=lambda p: p["context"] == "training" and p["method"] != "d2d",
     variants=[{"method": m, "context": c} for c in CONTEXTS for m in METHODS],
     preload=("torch._dynamo",),  # AdamW.step imports it: ~0.9 s per child otherwise
 )
@@ -316,7 +339,9 @@ def transfer(ctx: rocmcheck.ProbeContext, method: str, context: str) -> None:
             if case.nbytes == biggest and case.contiguous:
                 best_gbps = max(best_gbps, case.nbytes / seconds / 1e9)
             check = pattern.check(compare.tensor_bits(dst).reshape(-1), repeat)
-            where = origin(dst, pattern, repeat, check.first_bad) if not check.ok and len(tally.bad) < MAX_ATTRIBUTED else None
+            where = None
+            if not check.ok and len(tally.bad) < MAX_ATTRIBUTED:
+                where = origin(dst, pattern, repeat, check.first_bad, method, staged if method in FROM_DEVICE else None)
             tally.add(case, repeat, check, where)
             del dst, staged
     ctx.measure(copies=tally.copies, largest_bytes=biggest, **tally.measurements(),

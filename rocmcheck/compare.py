@@ -363,11 +363,13 @@ class Pattern:
 
 
 def tensor_bits(t: Any) -> Any:
-    """A host numpy array of a tensor's bit patterns (uint, same shape), read back with `.cpu()`."""
+    """A host numpy array of a tensor's bit patterns (uint, same shape), read back with `.cpu()`
+    from a device (a host tensor is read in place: its read-back already happened)."""
     import torch
 
     int_type = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
-    return bits(t.detach().view(int_type).cpu().numpy())
+    t = t.detach().view(int_type)
+    return bits((t if t.device.type == "cpu" else t.cpu()).numpy())
 
 
 def to_numpy(t: Any) -> Any:

@@ -18,7 +18,7 @@ from conftest import by_variant
 
 OUR_PROBES = ("transfer", "numerics", "gemm", "training")
 OURS = "transfer[ or numerics[ or gemm[ or training["  # -k expression: our variants only
-TRANSFER_METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream")
+TRANSFER_METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream", "d2h", "d2d")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -28,7 +28,7 @@ def status(verdicts, variant):
 
 def test_every_variant_passes_without_faults_or_skips_with_its_reason(rocm_run):
     verdicts = by_variant(rocm_run(probe="*", keyword=OURS, profile="gate"))
-    assert len(verdicts) == 16 + 7 + 12 + 5
+    assert len(verdicts) == 20 + 7 + 12 + 5
     for variant, v in verdicts.items():
         if variant.startswith("gemm[") and not variant.endswith("-default]"):
             assert v["status"] == "skip" and "one BLAS backend" in v["message"], variant
@@ -62,6 +62,25 @@ def test_one_broken_copy_kind_fails_only_its_method(rocm_run):
     flip = verdicts["transfer[copy_-isolated]"]["measurements"]
     assert flip["int32_mismatches"] == flip["int32_bad_copies"] == flip["int32_copies"]  # one element per copy
     assert "1 of 1024 elements differ" in verdicts["transfer[copy_-isolated]"]["message"]
+
+
+def test_device_to_host_and_device_to_device_copies_fail_under_their_faults(rocm_run):
+    """Zeros on reads back to the host, one flipped bit then stale data on copies within the device:
+    the d2h and d2d variants fail, each attributed to its own direction; host-to-device methods pass."""
+    verdicts = by_variant(rocm_run(probe="transfer", keyword="isolated", profile="gate",
+                                   inject="copy-zeros:d2h,copy-flip:d2d"))
+    for method in TRANSFER_METHODS:
+        st, message = status(verdicts, f"transfer[{method}-isolated]")
+        assert st == ("fail" if method in ("d2h", "d2d") else "pass"), (method, message)
+    d2h, d2d = verdicts["transfer[d2h-isolated]"], verdicts["transfer[d2d-isolated]"]
+    assert "; device-to-host (the device holds the right data" in d2h["message"]
+    assert d2h["measurements"]["int32_zeros"] == d2h["measurements"]["int32_mismatches"] == 2 * 2 * (1024 + 262144)
+    assert "; device-to-device (the source on the device is right" in d2d["message"]
+    assert d2d["measurements"]["float16_bad_copies"] == d2d["measurements"]["float16_copies"] == 8
+    (stale,) = rocm_run(probe="transfer", keyword="d2d-isolated", profile="gate", inject="copy-stale:d2d")
+    m = stale["measurements"]
+    assert stale["status"] == "fail" and m["float32_bad_copies"] == m["float32_copies"] - 2  # all but the first of each size
+    assert m["float32_zeros"] == 0
 
 
 def test_low_precision_faults_fail_their_checks(rocm_run):
@@ -105,9 +124,10 @@ def test_list_shows_every_variant_with_its_profile():
     out = subprocess.run([sys.executable, "-m", "rocmcheck", "list", *(f"--probe={p}" for p in OUR_PROBES)],
                          capture_output=True, text=True, check=True, cwd=ROOT).stdout
     rows = {line.split()[0]: line.split()[1] for line in out.splitlines() if line.split() and "[" in line.split()[0]}
-    assert len(rows) == 40
+    assert len(rows) == 44
     for method in TRANSFER_METHODS:
-        assert (rows[f"transfer[{method}-training]"], rows[f"transfer[{method}-isolated]"]) == ("gate", "full")
+        assert (rows[f"transfer[{method}-training]"], rows[f"transfer[{method}-isolated]"]) == (
+            "full" if method == "d2d" else "gate", "full")
     assert {v for v, p in rows.items() if p == "gate" and not v.startswith("transfer")} == {
         "numerics[cast-bf16]", "numerics[cast-fp16]", "numerics[autocast-bf16]", "numerics[ftz-fp16]",
         "gemm[fp32-default]", "gemm[fp16-default]", "gemm[bf16-default]", "training[plain]", "training[bf16-autocast]"}
