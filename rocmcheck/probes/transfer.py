@@ -1,7 +1,7 @@
 """Host-to-device transfers by eight methods, device-to-host and device-to-device copies, checked
 bit for bit against the host pattern.
 
-Targets copies that come back as zeros, NaN or stale data, or crash (failure catalogue §1):
+Targets copies that come back as zeros, NaN or stale data, or crash (docs/failure-catalogue.md §1):
 HIP #3874 (access violation in memcpy_and_sync, gfx1151), TheRock #8379 (silent zeros,
 gfx1201), legacy-rocm-build #6123 (NaN on repeated `.to("cuda")`, gfx1030), pinned-memory
 races, and the seeds' report: CPU->GPU copies returning zeros only inside a training loop,
@@ -35,14 +35,13 @@ device, not the comparison.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import rocmcheck
-from rocmcheck import compare
+from rocmcheck import compare, hostgpu
 
 METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream", "d2h", "d2d")
 FROM_DEVICE = ("d2h", "d2d")  # the source is staged on the device; the copy under test starts there
@@ -63,7 +62,6 @@ LARGEST_REPEATS = 2  # the largest copy that fits (full profile): float32, conti
 LARGEST_CAP = {"gpu": 8 * GIB, "cpu": 64 * MIB}  # 2**31 float32 elements (uint32-indexable); the CPU tests no device
 MAX_ATTRIBUTED = 3  # bad copies whose origin is checked with a device checksum
 ATTRIBUTION_WINDOW = 1 << 20  # elements around the first bad one whose checksums decide the direction
-HOST_ROOT_ENV = "ROCMCHECK_HOST_ROOT"  # a directory standing in for / (tests: fixture /proc and /sys trees)
 UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as a number near 2**63
 
 LINKS = (
@@ -96,10 +94,6 @@ def plan(ctx: rocmcheck.ProbeContext) -> List[Case]:
         if largest > max(c.nbytes for c in cases):
             cases.append(Case(largest, "float32", True, LARGEST_REPEATS))
     return cases
-
-
-def host_root() -> Path:
-    return Path(os.environ.get(HOST_ROOT_ENV) or "/")
 
 
 def _read_int(path: Path) -> Optional[int]:
@@ -151,7 +145,7 @@ def largest_bytes(ctx: rocmcheck.ProbeContext) -> int:
     """The biggest single copy worth trying: a third of free device memory, a third of the host
     memory really available (source and read-back are the only full-size host buffers: the
     pattern is written in place and checked chunk by chunk), capped (`LARGEST_CAP`)."""
-    size = min(host_free_bytes(host_root()) // 3, LARGEST_CAP["gpu" if ctx.on_gpu else "cpu"])
+    size = min(host_free_bytes(hostgpu.host_root()) // 3, LARGEST_CAP["gpu" if ctx.on_gpu else "cpu"])
     if ctx.on_gpu:
         import torch
 
