@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from . import __version__, faults, fingerprint, hostgpu, known_issues, registry
+from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry
 from .errors import TorchMissing, UsageError
 from .exitcodes import describe, signal_of, signatures
 from .launch import SpawnLauncher
@@ -214,12 +214,15 @@ class Runner:
                           device_requested=self.opts.device, device_facts=self.facts, profile=self.opts.profile,
                           timeout=timeout, module_file=module_file(spec))
         variant_env = {**variant.env(), **(env or {})}
+        log_since = kernellog.now()
         end = self._launch(task, variant_env, spec.fresh_interpreter)
         result = _read_result(task["result_path"])
         if result and result.get("gpu_init_failed") and self.isolation == "zygote":
             self.fall_back_to_spawn(result.get("message", "GPU init failed in a forked child"))
             return self.run_variant(variant, env, timeout)
         verdict = assemble(variant, end, result, _read_text(task["stack_path"]), timeout)
+        if self.device.kind == "gpu" and verdict.status.is_bad:
+            verdict.evidence.update(kernellog.evidence(log_since))
         verdict.env = {**self.opts.env, **variant_env}
         if end.unkillable:
             self.wedged = variant.id
