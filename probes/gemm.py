@@ -134,6 +134,7 @@ def tf32_report(ctx: rocmcheck.ProbeContext) -> Dict[str, Any]:
 )
 def gemm(ctx: rocmcheck.ProbeContext, dtype: str, blas: str) -> None:
     name = DTYPES[dtype]
+    ctx.strict_fp32()
     backend = select_backend(ctx, blas)
     ctx.measure(blas=backend, cpu_scaled=not ctx.on_gpu)
     failures: List[str] = []
