@@ -260,3 +260,44 @@ def test_fresh_interpreter_ranks_work_from_a_source_checkout_without_rocmcheck_i
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     ranks = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(ranks) == {"0", "1"} and all(c["ok"] for r in ranks.values() for c in r.values())
+
+
+# --- row 9: every row of a product checked, not only the sampled ones -------------------------------
+
+
+def test_a_wrong_tile_away_from_the_sampled_rows_fails_gemm(rocm_run, tmp_path):
+    """torch.matmul patched in the child to scale one 16x16 tile by 1 + 1e-3 in rows the element
+    check never samples: no zero, no NaN, every sampled row right; only the row sums can see it."""
+    path = write_probe(tmp_path, '''
+        import numpy as np
+        import rocmcheck
+
+        M = 192  # the square shape on the CPU
+        SAMPLED = sorted(np.random.default_rng(0).choice(M, 32, replace=False))  # gemm's rows for seed 0
+        GAP, START = max((b - a - 1, a + 1) for a, b in zip([-1] + SAMPLED, SAMPLED + [M]))
+
+        @rocmcheck.probe("gemm-wrong-tile", title="t", targets="t")
+        def gemm_wrong_tile(ctx):
+            import torch
+            from rocmcheck import registry
+
+            assert GAP >= 16
+            matmul = torch.matmul
+
+            def wrong_tile(a, b, *args, **kwargs):
+                out = matmul(a, b, *args, **kwargs)
+                if tuple(out.shape) == (M, M):
+                    out[START:START + 16, 100:116] *= 1 + 1e-3
+                return out
+
+            torch.matmul = wrong_tile
+            ctx.measure(tile_rows=[int(START), int(START) + 16])
+            registry.get("gemm").func(ctx, dtype="fp32", blas="default")
+    ''')
+    (v,) = rocm_run(probe="gemm-wrong-tile", probes_path=path)
+    m = v["measurements"]
+    assert v["status"] == "fail", v["message"]
+    assert "square" in v["message"] and "row sums" in v["message"] and "sampled rows" not in v["message"]
+    assert m["square_max_err"] <= 1e-5 and m["square_zeros"] == 0  # the sampled check saw nothing
+    assert m["square_row_sum_max_err"] > 1e-5
+    assert all(m[f"{s}_row_sum_max_err"] <= 1e-5 for s in ("tall-skinny", "split-k", "batched", "odd", "vector"))
