@@ -301,3 +301,43 @@ def test_a_wrong_tile_away_from_the_sampled_rows_fails_gemm(rocm_run, tmp_path):
     assert m["square_max_err"] <= 1e-5 and m["square_zeros"] == 0  # the sampled check saw nothing
     assert m["square_row_sum_max_err"] > 1e-5
     assert all(m[f"{s}_row_sum_max_err"] <= 1e-5 for s in ("tall-skinny", "split-k", "batched", "odd", "vector"))
+
+
+# --- row 5: the allocator probe under backend:cudaMallocAsync -------------------------------------
+
+MALLOC_ASYNC_SNAPSHOT_ERROR = (
+    "Calling snapshot with backend:cudaMallocAsync is not meaningful. (For backend:native, snapshot returns a "
+    "detailed summary of all blocks tracked by the allocator, but the cudaMallocAsync backend does not track "
+    "individual blocks.)")  # torch's CUDAMallocAsyncAllocator.cpp
+
+
+def test_allocator_under_cuda_malloc_async_skips_the_snapshot_and_says_why(rocm_run, tmp_path):
+    """In the child, torch.cuda answers as a 48 MiB GPU whose allocator backend is cudaMallocAsync:
+    get_allocator_backend() names it and memory._snapshot() raises torch's own error."""
+    path = write_probe(tmp_path, f'''
+        import types
+        import rocmcheck
+
+        @rocmcheck.probe("allocator-async", title="t", targets="t", variants={{"setting": ["default", "expandable"]}})
+        def allocator_async(ctx, setting):
+            import torch
+            from rocmcheck import registry
+
+            def snapshot(*args, **kwargs):
+                raise RuntimeError({MALLOC_ASYNC_SNAPSHOT_ERROR!r})
+
+            torch.cuda.get_allocator_backend = lambda: "cudaMallocAsync"
+            torch.cuda.memory._snapshot = snapshot
+            torch.cuda.get_device_properties = lambda *a: types.SimpleNamespace(total_memory=48 << 20)
+            torch.cuda.memory_reserved = torch.cuda.memory_allocated = lambda *a: 0
+            registry.get("allocator").func(ctx, setting=setting)
+    ''')
+    verdicts = by_variant(rocm_run(probe="allocator-async", probes_path=path, profile="gate"))
+    default, expandable = verdicts["allocator-async[default]"], verdicts["allocator-async[expandable]"]
+    assert default["status"] == "pass", default["message"]
+    for v in (default, expandable):
+        assert v["measurements"]["allocator_backend"] == "cudaMallocAsync"
+        assert "keeps no per-block records" in v["measurements"]["snapshot_skipped"]
+        assert len(v["measurements"]["slack_mib"]) == 64  # the canary and growth checks still ran
+    assert expandable["status"] == "warn"
+    assert "expandable_segments do not apply under backend:cudaMallocAsync" in expandable["message"]
