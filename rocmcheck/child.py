@@ -113,8 +113,9 @@ def run_probe(task: Dict[str, Any]) -> Dict[str, Any]:
     except Exception as exc:
         return {"status": Status.ERROR.value, "message": f"GPU runtime init failed: {_first_line(exc)}",
                 "gpu_init_failed": True, "exception": _error_fields(exc)}
-    ctx = ProbeContext(device=task["device"], profile=task.get("profile", "full"),
-                      params=dict(task.get("params", {})), timeout=float(task.get("timeout", 60)))
+    ctx = ProbeContext(device=task["device"], requested_device=task.get("device_requested", "auto"),
+                       profile=task.get("profile", "full"),
+                       params=dict(task.get("params", {})), timeout=float(task.get("timeout", 60)))
     result: Dict[str, Any] = {"faults_installed": installed}
     start = time.perf_counter()
     try:

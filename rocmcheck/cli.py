@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from . import __version__, faults, registry
-from .errors import UsageError
+from .errors import TorchMissing, UsageError
 from .model import Variant, Verdict
 from .render import counts_line, known_issue_lines, short, terminal_matrix, verdict_line
 from .selection import select
@@ -210,7 +210,7 @@ def cmd_env(args: argparse.Namespace) -> int:
     from .runner import RunOptions
     from .session import run_variants
 
-    report = run_variants(RunOptions(device=args.device, write_files=False, command="env"), [])
+    report = run_variants(RunOptions(device=args.device, write_files=False, command="env", needs_torch=False), [])
     fp = report["fingerprint"]
     if args.json:
         print(json.dumps(fp, indent=2, default=str))
@@ -249,6 +249,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return handler(args)
     except UsageError as exc:
         print(f"rocmcheck: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except TorchMissing as exc:
+        print(f"rocmcheck: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("rocmcheck: interrupted", file=sys.stderr)

@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional
 FLOAT_FORMATS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52)}
 
 # Error bound relative to the problem's scale (|A|.|B| for a product), per result dtype.
-# fp32/fp16/bf16 values are the failure catalogue's (§9); "tf32" is fp32 with TF32 math.
+# fp32/fp16/bf16 values: docs/failure-catalogue.md §9; "tf32" is fp32 with TF32 math.
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 2e-3, "float16": 1e-2, "bfloat16": 2e-2}
 
 # Weights 1..65521 (a prime) on 16-bit pieces, summed per chunk of 2**24 pieces in int64

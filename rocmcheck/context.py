@@ -41,9 +41,12 @@ class ProbeContext:
 
     `device` is "cpu" or "cuda:N" (ROCm builds use the same "cuda" device string).
     `profile` is "gate" (quick, critical) or "full" (every size and repeat).
+    `requested_device` is what `--device` asked for (auto, cpu or cuda:N): "cpu" on a GPU
+    host means the GPU was left out on purpose.
     """
 
     device: str = "cpu"
+    requested_device: str = "auto"
     profile: str = "full"
     params: Dict[str, Any] = field(default_factory=dict)
     timeout: float = 60.0

@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from . import hostgpu
 from .redact import gpu_env_name
 
 RELATED_PACKAGES = ("torch", "numpy", "transformers", "peft", "accelerate", "torchao", "torchtune",
@@ -73,12 +74,7 @@ def kernel_cmdline() -> Optional[List[str]]:
 
 def kfd_gfx_targets() -> List[int]:
     """`gfx_target_version` of each GPU node in the KFD topology (110501 = gfx1151)."""
-    targets = []
-    for props in sorted(Path("/sys/class/kfd/kfd/topology/nodes").glob("*/properties")):
-        match = guarded(lambda: re.search(r"^gfx_target_version (\d+)", props.read_text(), re.M))
-        if match and int(match.group(1)):
-            targets.append(int(match.group(1)))
-    return targets
+    return hostgpu.read_kfd_targets(hostgpu.host_root())
 
 
 def host_facts() -> Dict[str, Any]:
@@ -92,7 +88,7 @@ def host_facts() -> Dict[str, Any]:
         "python": sys.version.split()[0],
         "python_impl": platform.python_implementation(),
         "kernel_cmdline": kernel_cmdline(),
-        "kfd_gfx_targets": guarded(kfd_gfx_targets) or [],
+        "gpus": guarded(lambda: hostgpu.read().to_dict()),  # what the host has, whatever torch sees
         "env": env_vars(),
         "packages": package_versions(),
     }

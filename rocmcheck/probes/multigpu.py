@@ -4,7 +4,7 @@ Targets the seeds' DataParallel deadlock, RCCL/NCCL collectives that hang (ROCm/
 #1129 without iommu=pt; ROCm/vllm #390 and rocm-systems #11348 unless
 NCCL_P2P_DISABLE=1), peer copies that silently corrupt data (legacy-rocm-build #6342,
 rocm-systems #5109), mixed-architecture machines, and FSDP failing to initialise.
-Facts: failure catalogue §5.
+Facts: docs/failure-catalogue.md §5.
 
 The distributed checks are an ordinary torch.distributed program: this file is also the
 rank program. Inside rocmcheck the probe starts two ranks on this machine (forked on

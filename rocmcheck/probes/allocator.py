@@ -4,7 +4,7 @@ Targets `expandable_segments` accepted and ignored ("expandable_segments not sup
 on this platform": ROCm wheels before 2.12, pytorch #134208), reserved memory growing
 every cycle until OOM (the seeds' OOM after 35-50 batches; pytorch #123548 with
 `expandable_segments:True,max_split_size_mb:128`), and a live buffer reading back
-zeros under that setting (legacy-rocm-build #6603). Facts: failure catalogue §0, §4.
+zeros under that setting (legacy-rocm-build #6603). Facts: docs/failure-catalogue.md §0, §4.
 
 Each setting runs in a fresh interpreter whose environment carries it (the allocator
 reads its variable once, at first use), under a name this torch reads. The

@@ -1,6 +1,6 @@
 """Host-to-device transfers by eight methods, read back and checked bit for bit.
 
-Targets copies that come back as zeros, NaN or stale data, or crash (failure catalogue §1):
+Targets copies that come back as zeros, NaN or stale data, or crash (docs/failure-catalogue.md §1):
 HIP #3874 (access violation in memcpy_and_sync, gfx1151), TheRock #8379 (silent zeros,
 gfx1201), legacy-rocm-build #6123 (NaN on repeated `.to("cuda")`, gfx1030), pinned-memory
 races, and the seeds' report: CPU->GPU copies returning zeros only inside a training loop,

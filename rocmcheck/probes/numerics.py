@@ -1,7 +1,7 @@
 """bf16 / fp16 numerics on the device against references computed in numpy.
 
 Targets bf16 conversion or math returning zeros or NaN, fp16 flush-to-zero in backward and
-emulated bf16 (failure catalogue §2, §9). Variants are check x dtype:
+emulated bf16 (docs/failure-catalogue.md §2, §9). Variants are check x dtype:
 - cast: float32 -> bf16/fp16 -> float32 on the device, compared bit for bit with numpy's
   round-to-nearest-even (bf16 by bit manipulation in `compare.bf16_bits`, fp16 by numpy's
   own float16 cast) over +-0, subnormals, powers of two, rounding ties, the largest finite
@@ -29,7 +29,7 @@ import rocmcheck
 from rocmcheck import compare
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
-AUTOCAST_TOL = {"bfloat16": 5e-2, "float16": 1e-2}  # relative L2 error, catalogue §2
+AUTOCAST_TOL = {"bfloat16": 5e-2, "float16": 1e-2}  # relative L2 error, docs/failure-catalogue.md §2
 EMULATED_BF16 = re.compile(r"gfx(90[0-69c]|10[0-9]{2})$")  # gfx900-906, gfx909, gfx90c, and gfx10xx
 
 LINKS = (

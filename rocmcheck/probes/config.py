@@ -1,7 +1,7 @@
 """Configuration lint: settings known to break ROCm training, read from the fingerprint.
 
 No GPU work. Each check is its own variant so the matrix says which one failed.
-Facts: failure catalogue §0 (allocator variables), §6 (HSA_OVERRIDE_GFX_VERSION),
+Facts: docs/failure-catalogue.md §0 (allocator variables), §6 (HSA_OVERRIDE_GFX_VERSION),
 §7 (torch.int1), §10 (arch missing from the wheel); TF32 forced on by the environment.
 """
 import os

@@ -2,7 +2,7 @@
 
 Targets silent zeros on tall-skinny shapes (hipBLASLt on gfx1201, rocm-libraries #5706),
 split-K NaN (bf16 546x2560 @ 2560x9728 on gfx950, rocm-libraries #9055), TF32 accuracy
-(PR #188168) and backend-specific breakage (failure catalogue §9). Variants are dtype x
+(PR #188168) and backend-specific breakage (docs/failure-catalogue.md §9). Variants are dtype x
 BLAS backend: `default` is whatever torch picked, `cublas` / `cublaslt` force
 `torch.backends.cuda.preferred_blas_library` (rocBLAS/hipBLAS and hipBLASLt on ROCm), so the
 matrix shows whether the known workaround, another backend, helps. The CPU has one BLAS:

@@ -1,7 +1,7 @@
 """Device smoke: the first kernel and reduction on the device, checked against numpy.
 
 Targets "Memory access fault by GPU node-N ... on address (nil)", "invalid device
-function" and HSA aborts on the very first `.cuda()` (failure catalogue §6, §10).
+function" and HSA aborts on the very first `.cuda()` (docs/failure-catalogue.md §6, §10).
 Those failures kill the process; the runner turns the signal and the stderr
 signature into a `crash` verdict naming them.
 """
@@ -40,3 +40,38 @@ def device_smoke(ctx):
     mean = float(torch.ones(1 << 16, device=ctx.device, dtype=torch.float32).mean().item())
     assert mean == 1.0, f"mean of 65536 ones is {mean}, expected 1.0"
     return {"elements": n}
+
+
+@rocmcheck.probe(
+    "gpu-visible",
+    title="The host's GPUs against what torch sees",
+    targets="a CPU or wrong-vendor torch build on a GPU host, missing device nodes, render-group permissions, "
+            "a *_VISIBLE_DEVICES value hiding every GPU",
+    links=("https://pytorch.org/get-started/locally/",
+           "https://rocm.docs.amd.com/projects/install-on-linux/en/latest/install/prerequisites.html"),
+    timeout=60,
+    gate=True,
+)
+def gpu_visible(ctx):
+    """PCI, KFD and device nodes (read from files) against torch's build and device count."""
+    import torch
+
+    from rocmcheck import hostgpu
+
+    host = hostgpu.read()
+    facts = {"torch": torch.__version__, "hip": torch.version.hip, "cuda": torch.version.cuda,
+             "device_count": torch.cuda.device_count()}
+    ctx.measure(host_amd_gpus=host.gpus("amd"), host_nvidia_gpus=host.gpus("nvidia"),
+                torch_devices=facts["device_count"])
+    problem = hostgpu.torch_problem(host, facts)
+    if problem and ctx.requested_device == "cpu":
+        ctx.skip(f"the host's GPUs are left out on purpose (--device cpu): {problem}")
+    if problem:
+        raise rocmcheck.ProbeFailure(problem)
+    if not host.vendors:
+        return {"host": "no GPU on this host: the CPU self-test is the right run"}
+    on_host = host.gpus("amd" if facts["hip"] else "nvidia")
+    if facts["device_count"] < on_host and not host.visible_devices:
+        ctx.warn(f"torch sees {facts['device_count']} of the host's {on_host} GPUs "
+                 "and no *_VISIBLE_DEVICES variable asks for that")
+    return None
