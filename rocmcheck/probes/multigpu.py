@@ -396,6 +396,8 @@ def report_hang_to_watchdog(stacks):
     """
     for rank, text in stacks.items():
         print(f"rank {rank} did not finish; its stack:\n{text}", flush=True)
+    # last, so the evidence's capped output tail names every stuck rank however long the stacks are
+    print("; ".join(f"rank {rank} did not finish" for rank in stacks), flush=True)
     threading.Event().wait()
 
 
