@@ -10,6 +10,31 @@ from typing import Any, Dict, Iterator, List, NoReturn, Optional
 from .errors import Skip
 
 FIRST_USE_SUFFIX = ".first-use"  # beside the watchdog's start marker while a probe is in `first_use()`
+TF32_OVERRIDE_ENV = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
+
+
+def pin_fp32() -> Dict[str, Any]:
+    """Full-precision fp32 matmuls and convolutions in this process; returns torch's flags read back.
+
+    A TF32 product (relative error ~1e-3) fails fp32 tolerances (1e-5) on a healthy GPU.
+    NVIDIA's PyTorch containers set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1, which older torch
+    lets win over every flag once it has read it, so it is dropped before the first read
+    (https://docs.monai.io/en/stable/precision_accelerating.html). Checks that want TF32
+    (gemm's TF32 report) enable it themselves, for their own product only.
+    """
+    import torch
+
+    os.environ.pop(TF32_OVERRIDE_ENV, None)
+    backends = torch.backends
+    backends.cuda.matmul.allow_tf32 = False
+    backends.cudnn.allow_tf32 = False
+    flags: Dict[str, Any] = {}
+    for name, owner in (("matmul", backends.cuda.matmul), ("cudnn", backends.cudnn)):
+        if hasattr(owner, "fp32_precision"):  # torch >= 2.9
+            owner.fp32_precision = "ieee"
+            flags[f"{name}_fp32_precision"] = owner.fp32_precision
+    flags.update(matmul_allow_tf32=backends.cuda.matmul.allow_tf32, cudnn_allow_tf32=backends.cudnn.allow_tf32)
+    return flags
 
 
 @dataclass
@@ -32,6 +57,7 @@ class ProbeContext:
     warnings: List[str] = field(default_factory=list)
     device_facts: Dict[str, Any] = field(default_factory=dict)
     started_path: Optional[str] = None  # the watchdog's start marker (None outside a child)
+    started: float = field(default_factory=time.time)  # wall clock when the task started: deadlines run from here
 
     @property
     def on_gpu(self) -> bool:
@@ -71,6 +97,14 @@ class ProbeContext:
                 mark = os.stat(self.started_path).st_mtime + spent
                 os.utime(self.started_path, (mark, mark))
                 os.unlink(self.started_path + FIRST_USE_SUFFIX)
+
+    def strict_fp32(self) -> None:
+        """Pin full-precision fp32 (`pin_fp32`) for this probe; the flags read back are measured,
+        and a TF32 setting that would not turn off is a warning (fp32 tolerances would fail)."""
+        flags = pin_fp32()
+        self.measure(fp32_flags=flags)
+        if flags["matmul_allow_tf32"] or flags["cudnn_allow_tf32"]:
+            self.warn(f"fp32 could not be pinned, TF32 stays on ({flags}): fp32 results may miss their tolerance")
 
     def synchronize(self) -> None:
         """Wait for queued GPU work so asynchronous errors surface inside the probe."""

@@ -229,7 +229,7 @@ def test_a_cast_that_only_flushes_subnormals_warns_and_any_other_error_fails(mon
         assert ctx.measurements["subnormal_cast_zeros"] == ctx.measurements["subnormal_cast_mismatches"] > 0
 
 
-@pytest.mark.parametrize("arch, emulated", [("gfx906", True), ("gfx908", True), ("gfx90c", True), ("gfx1030", True),
+@pytest.mark.parametrize("arch, emulated", [("gfx906", True), ("gfx908", False), ("gfx90c", True), ("gfx1030", True),
                                             ("gfx1010", True), ("gfx90a", False), ("gfx942", False),
                                             ("gfx1100", False), ("gfx1151", False), ("gfx950", False), ("", False)])
 def test_bf16_emulation_is_read_from_the_arch(arch, emulated):

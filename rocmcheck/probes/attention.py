@@ -261,6 +261,8 @@ def judge(results, tolerance):
     variants={"backend": list(BACKENDS), "dtype": list(DTYPES)},
 )
 def attention_sdpa(ctx, backend, dtype):
+    if dtype == "fp32":
+        ctx.strict_fp32()
     names = list(CASES) if ctx.full else list(GATE_CASES)
     results, unsupported = {}, {}
     for index, name in enumerate([*names, "mha"]):
@@ -393,6 +395,7 @@ def attention_model(ctx, backend):
     import numpy as np
     import torch
 
+    ctx.strict_fp32()
     rng = np.random.default_rng(3)
     obs = torch.from_numpy(exact_values(rng, (AGENTS, TOKENS, OBS))).float()
     actions = torch.from_numpy(rng.integers(0, ACTIONS, AGENTS))

@@ -16,7 +16,9 @@ Zero fractions and NaN counts are measured apart from the error.
 
 `torch.cuda.is_bf16_supported()` is True on every ROCm GPU (PR #80410), so it is never
 asked: bf16 variants read the arch (`gcnArchName`) and, on archs where bf16 is only emulated
-(gfx9 below gfx90a, gfx10xx), end as `warn` when the results are right; wrong results still fail.
+(gfx9 before gfx908, gfx10xx), end as `warn` when the results are right; wrong results still fail.
+MI100 (gfx908, CDNA1) is not among them: its matrix cores have bf16 MFMA instructions
+(V_MFMA_F32_*BF16, https://llvm.org/docs/AMDGPU/AMDGPUAsmGFX908.html).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from rocmcheck import compare
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 AUTOCAST_TOL = {"bfloat16": 5e-2, "float16": 1e-2}  # relative L2 error, docs/failure-catalogue.md §2
-EMULATED_BF16 = re.compile(r"gfx(90[0-9c]|10[0-9]{2})$")  # gfx9 below gfx90a, and gfx10xx
+EMULATED_BF16 = re.compile(r"gfx(90[0-69c]|10[0-9]{2})$")  # gfx900-906, gfx909, gfx90c, and gfx10xx
 
 LINKS = (
     "https://github.com/pytorch/pytorch/pull/80410",

@@ -219,6 +219,7 @@ def frozen_base_changed(before: Dict[str, Any], model: Any) -> List[str]:
 )
 def training(ctx: rocmcheck.ProbeContext, mode: str) -> None:
     autocast, lr, loss_tol, grad_tol = MODES[mode]
+    ctx.strict_fp32()
     cfg = CONFIGS["gpu" if ctx.on_gpu else "cpu"]
     model = build_model(cfg, checkpointing=mode == "checkpoint")
     if mode == "lora":
