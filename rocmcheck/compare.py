@@ -13,7 +13,7 @@ and `rocmcheck list` must stay instant); torch only inside the helpers that take
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 # name -> (exponent bits, mantissa bits) of the IEEE-style binary formats.
 FLOAT_FORMATS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52)}
@@ -333,11 +333,17 @@ class Pattern:
 
 
 def tensor_bits(t: Any) -> Any:
-    """A host numpy array of a tensor's bit patterns (uint, same shape), read back with `.cpu()`."""
+    """A host snapshot of a tensor's bit patterns (uint, same shape), read back with `.cpu()`; a copy
+    even of a CPU tensor, whose `.cpu().numpy()` would share its memory and follow later updates."""
     import torch
 
     int_type = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
-    return bits(t.detach().view(int_type).cpu().numpy())
+    return bits(t.detach().view(int_type).cpu().numpy().copy())
+
+
+def changed(before: Dict[str, Any], named_tensors: Iterable[Tuple[str, Any]]) -> List[str]:
+    """Names of the tensors whose bits differ from their `tensor_bits` snapshot in `before`."""
+    return [n for n, t in named_tensors if n in before and not bitwise(tensor_bits(t), before[n]).ok]
 
 
 def to_numpy(t: Any) -> Any:

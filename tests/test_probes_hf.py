@@ -72,3 +72,47 @@ def test_a_missing_torch_name_matches_one_known_issue(message, expected):
 
     verdict = Verdict("library-imports", "library-imports[x]", Status.FAIL, message=f"import x failed: {message}")
     assert [i["id"] for i in known_issues.match(verdict, {})] == [expected]
+
+
+HF_STACK = all(importlib.util.find_spec(m) for m in REAL)
+needs_hf = pytest.mark.skipif(not HF_STACK, reason="the hf extra is not installed: pip install -e '.[hf]'")
+
+
+@needs_hf
+def test_hf_training_passes_every_variant_against_the_float64_reference(rocm_run):
+    verdicts = by_variant(rocm_run(probe="hf-training"))
+    assert len(verdicts) == 8  # placement x precision x activations
+    for variant, v in verdicts.items():
+        assert v["status"] == "pass", (variant, v["message"])
+        m = v["measurements"]
+        assert 0 < m["trainable"] < m["params"] and len(m["losses"]) == len(m["ref_losses"]) == 4
+
+
+@needs_hf
+def test_hf_training_fails_on_a_batch_corrupted_on_its_way_and_on_zero_gradients(rocm_run):
+    """batch-corrupt changes one token of every DataLoader batch (Accelerate's prepared loader
+    included); grad-zeros zeroes the gradients of a backward after an autocast forward."""
+    corrupt = by_variant(rocm_run(probe="hf-training", keyword="stored", inject="batch-corrupt"))
+    for variant, v in corrupt.items():
+        assert v["status"] == "fail" and "batch 1 reached the model changed (1 of 64 tokens" in v["message"], variant
+    assert "loss differs from the CPU float64 run" in corrupt["hf-training[accelerate-fp32-stored]"]["message"]
+    zeros = by_variant(rocm_run(probe="hf-training", keyword="stored", inject="grad-zeros"))
+    for variant, v in zeros.items():
+        if "-bf16-" in variant:
+            assert v["status"] == "fail" and "8 of 8 LoRA tensors got only zero gradients" in v["message"], variant
+            assert "adapter weights did not change" in v["message"]
+        else:  # no autocast, no fault
+            assert v["status"] == "pass", (variant, v["message"])
+
+
+def test_hf_training_skips_naming_the_missing_library(monkeypatch):
+    import sys
+
+    import rocmcheck
+    from rocmcheck import registry
+
+    registry.load_all()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
+    with pytest.raises(rocmcheck.Skip, match=r"^peft not installed: pip install 'rocmcheck\[hf\]'$"):
+        sys.modules["rocmcheck.probes.hf"].require_stack()
