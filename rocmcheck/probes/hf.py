@@ -186,7 +186,7 @@ def hf_training(ctx: rocmcheck.ProbeContext, placement: str, precision: str, act
     data = np.random.default_rng(0).integers(0, MODEL["vocab_size"], (STEPS * BATCH, SEQ))
     model = build(checkpointing=activations == "checkpointed")
     adapters = [n for n, p in model.named_parameters() if p.requires_grad]
-    before = {n: compare.tensor_bits(p) for n, p in model.named_parameters()}
+    before = {n: compare.snapshot_bits(p) for n, p in model.named_parameters()}
     trace = on_device(model, data, ctx.device, placement, precision)
     ref = reference(data)
     params = dict(model.named_parameters())
