@@ -3,7 +3,7 @@
 No GPU work. Each check is its own variant so the matrix says which one failed.
 Facts: docs/failure-catalogue.md §0 (allocator variables), §6 (HSA_OVERRIDE_GFX_VERSION),
 §10 (arch missing from the wheel); TF32 forced on by the environment. Libraries that need a
-newer torch (torch.int1, §7) are found by importing them: the `library-imports` probe.
+newer torch (torch.int1) are found by importing them: the `library-imports` probe.
 """
 import os
 import re
