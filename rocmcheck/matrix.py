@@ -22,6 +22,7 @@ from .diff import SEVERITY, statuses, worst
 GROUPING = ("reports with identical fingerprints share a column; the worst status wins, "
             "and 'FAIL 1/3' means 1 of the column's 3 verdicts for that variant")
 MISSING = "-"
+DETAIL_TAIL = 2000  # characters of each traceback, stack or output tail kept in a cell's details
 
 
 @dataclass
@@ -47,12 +48,21 @@ def _issues(verdict: Dict[str, Any], fingerprint: Dict[str, Any]) -> List[Dict[s
     return list(found.values())
 
 
+def _detail(verdict: Dict[str, Any]) -> Dict[str, Any]:
+    """What a reader of a bad cell needs: the message and the evidence's short fields and tails."""
+    ev = verdict.get("evidence") or {}
+    evidence = {k: ev[k] for k in ("exit", "signatures", "faults_injected") if ev.get(k)}
+    evidence.update({k: str(ev[k]).strip()[-DETAIL_TAIL:] for k in ("traceback", "stack", "output_tail") if ev.get(k)})
+    return {"status": verdict["status"], "message": verdict.get("message") or "", "evidence": evidence}
+
+
 def _cell(verdicts: Optional[List[Dict[str, Any]]], fingerprint: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     if not verdicts:
         return None
     counts = Counter(v["status"] for v in verdicts)
     issues = {i.get("id"): i for v in verdicts for i in _issues(v, fingerprint)}
-    return {"status": worst(counts), "counts": dict(counts), "known_issues": list(issues.values())}
+    return {"status": worst(counts), "counts": dict(counts), "known_issues": list(issues.values()),
+            "details": [_detail(v) for v in verdicts if v["status"] not in ("pass", "skip")]}
 
 
 def _badness(machine: Machine) -> Tuple[int, ...]:
@@ -157,6 +167,8 @@ def register(sub: Any) -> None:
                    help="reports (.json) or journals (.jsonl), or folders of reports (a fleet's node reports)")
     p.add_argument("--md", type=Path, default=None, metavar="PATH", help="also write the matrix as Markdown here")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the matrix as JSON here")
+    p.add_argument("--html", type=Path, default=None, metavar="PATH",
+                   help="also write the matrix as one self-contained HTML page here")
     p.set_defaults(func=cmd_matrix)
 
 
@@ -186,4 +198,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         write_atomic(args.md, markdown_text(matrix))
     if args.json:
         write_atomic(args.json, json.dumps(matrix, indent=2, default=str) + "\n")
+    if args.html:
+        from .matrix_html import html_page
+
+        write_atomic(args.html, html_page(matrix))
     return 0
