@@ -8,7 +8,6 @@ scripts once more, so no renderer can reintroduce a secret.
 """
 from __future__ import annotations
 
-import argparse
 import re
 import time
 from collections import Counter
@@ -20,14 +19,12 @@ from . import __version__, known_issues, registry, repro
 from .errors import UsageError
 from .fingerprint import summary
 from .jsonsafe import jsonsafe
-from .model import BAD_STATUSES, Status, Verdict
+from .model import EVIDENCE_TAILS, STATUS_VALUES, Status, Verdict, count_statuses, is_bad
 from .redact import Redactor
-from .render import STATUS_ORDER, counts_line, markdown_matrix, short
-from .storage import load_report, report_json, write_atomic
+from .render import counts_line, doctor_markdown, markdown_matrix, short
+from .storage import report_json, write_atomic
 
 GITHUB_BODY_LIMIT = 65536
-BAD = {s.value for s in BAD_STATUSES}
-EVIDENCE_KEYS = ("stack", "traceback", "output_tail")
 
 
 @dataclass
@@ -70,9 +67,8 @@ DRIVER_FACTS = ("nvidia_driver", "amdgpu_driver", "hip_runtime", "miopen_runtime
 def valid_verdicts(report: Mapping[str, Any]) -> List[Dict[str, Any]]:
     """The verdicts a report can be built from (the loader already dropped fields of a foreign
     type); a record without a probe variant and status is left out (and counted)."""
-    statuses = {s.value for s in Status}
     return [v for v in report.get("verdicts") or []
-            if isinstance(v, dict) and v.get("status") in statuses and isinstance(v.get("variant"), str)
+            if isinstance(v, dict) and v.get("status") in STATUS_VALUES and isinstance(v.get("variant"), str)
             and isinstance(v.get("probe", ""), str)]
 
 
@@ -93,7 +89,7 @@ def _reproducers(report: Dict[str, Any], redactor: Redactor, stem: str, probes_p
     machine = summary(report["fingerprint"])
     registry.load_all(probes_paths)
     for verdict in report["verdicts"]:
-        if verdict["status"] not in BAD:
+        if not is_bad(verdict["status"]):
             continue
         spec = registry.get(verdict.get("probe") or "")
         if spec is None:
@@ -119,7 +115,7 @@ def build(report: Mapping[str, Any], anonymize: bool = False, stem: str = "rocmc
     verdicts = valid_verdicts(report)
     dropped = len(report.get("verdicts") or []) - len(verdicts)
     fingerprint = _mapping(report.get("fingerprint"))
-    run = {**_mapping(report.get("run")), "counts": dict(Counter(v["status"] for v in verdicts))}
+    run = {**_mapping(report.get("run")), "counts": count_statuses(v["status"] for v in verdicts)}
     report = {**report, "run": run, "fingerprint": fingerprint,
               "verdicts": [_with_known_issues(v, fingerprint) for v in verdicts]}
     redactor = Redactor(anonymize)
@@ -176,7 +172,7 @@ def _fit(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: Dict
 def markdown(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: Dict[str, str],
              context: Dict[str, Any], trim: Trim = Trim(), cuts: Iterable[str] = ()) -> str:
     fp = report["fingerprint"]
-    bad = sorted((v for v in report["verdicts"] if v["status"] in BAD), key=lambda v: STATUS_ORDER.index(v["status"]))
+    bad = sorted((v for v in report["verdicts"] if is_bad(v["status"])), key=lambda v: -Status(v["status"]).severity)
     out = [f"# rocmcheck report: {summary(fp)}", "", _summary_paragraph(report, bad, context), "",
            f"> {context['redaction']}"]
     cuts = list(cuts)
@@ -283,7 +279,7 @@ def _verdict_section(v: Dict[str, Any], script: Optional[repro.Reproducer], show
     out += [f"- {k}: {short(_cell(val), 400)}" for k, val in facts if val]
     out += [f"- known issue: {issue.get('title', issue.get('id'))} (`{issue.get('id')}`)"
             for issue in v.get("known_issues") or []]
-    for key in EVIDENCE_KEYS:
+    for key in EVIDENCE_TAILS:
         if ev.get(key):
             out += _details(key.replace("_", " "), _tail(str(ev[key]), evidence_chars))
     if script and show_code:
@@ -315,9 +311,7 @@ def _known_issues_section(verdicts: List[Dict[str, Any]]) -> List[str]:
 
 def _doctor(results: Any) -> List[str]:
     """`rocmcheck doctor`'s results as tables and snippets; any other shape as nested bullets."""
-    from .doctor import markdown_lines
-
-    return markdown_lines(results) or _generic(results)
+    return doctor_markdown(results) or _generic(results)
 
 
 def _generic(value: Any, depth: int = 0) -> List[str]:
@@ -371,60 +365,3 @@ def _cell(value: Any) -> str:
 
 def _gib(value: Any) -> str:
     return f"{value / 2**30:.1f} GiB" if isinstance(value, (int, float)) else "? GiB"
-
-
-# --- the command ---------------------------------------------------------------------------
-
-
-def register(sub: Any) -> None:
-    from .cli import _add_run_options
-
-    p = sub.add_parser("report", help="the bug-report attachment: Markdown + JSON twin, redacted, with reproducers",
-                       description="Run the probes (or use --from RUN.json) and write a Markdown bug report that "
-                                   "fits a GitHub issue, its JSON twin and a standalone reproducer per failing "
-                                   "variant. Secrets are redacted. Exit 0 when the files are written.")
-    _add_run_options(p)
-    p.add_argument("--gate-only", action="store_true", help="only variants in the gate (gate profile)")
-    p.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
-                   help="the Markdown file (default: OUT_DIR/rocmcheck-report-RUNID.md); the JSON twin "
-                        "(.json) and reproducers (FILE-repro-*.py) go beside it")
-    p.add_argument("--from", dest="from_path", type=Path, default=None, metavar="RUN.json",
-                   help="build the report from an existing run (report .json or .jsonl journal)")
-    p.add_argument("--anonymize", action="store_true",
-                   help="also replace the home directory, user name, host name and IP addresses")
-    p.set_defaults(func=cmd_report)
-
-
-def _run_or_load(args: argparse.Namespace) -> Dict[str, Any]:
-    from .cli import _execute, _options
-    from .selection import select
-
-    if args.from_path is not None:
-        if args.probe or args.keyword or args.gate_only:
-            raise UsageError("--from builds the report from an existing run: drop --probe, -k and --gate-only")
-        return load_report(args.from_path)
-    variants = select(registry.load_all(args.probes_path), args.probe, args.keyword, gate_only=args.gate_only)
-    return _execute(_options(args, "gate" if args.gate_only else "full", "report"), variants)
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    from .cli import EXIT_INTERRUPTED, EXIT_OK
-
-    if args.output is not None and args.output.suffix == ".json":
-        raise UsageError("-o names the Markdown file; its JSON twin is written beside it")
-    report = _run_or_load(args)
-    run_id = re.sub(r"[^A-Za-z0-9_.-]+", "-", str((report.get("run") or {}).get("id") or "unknown"))
-    md_path = args.output or args.out_dir / f"rocmcheck-report-{run_id}.md"
-    bug = build(report, anonymize=args.anonymize, stem=md_path.stem,
-                source=str(args.from_path) if args.from_path else "", probes_paths=args.probes_path)
-    paths = write(bug, md_path)
-    extra = f" and {len(bug.reproducers)} reproducer(s)" if bug.reproducers else ""
-    print(f"wrote {paths[0]} ({len(bug.markdown):,} characters), {paths[1]}{extra}")
-    for path in paths[2:]:
-        print(f"  {path}")
-    info = bug.data["bug_report"]
-    print(info["redaction_summary"])
-    if info["markdown_cut"]:
-        print(f"trimmed to fit a GitHub issue: {'; '.join(info['markdown_cut'])}")
-    partial = bool((report.get("run") or {}).get("partial"))
-    return EXIT_INTERRUPTED if partial and args.from_path is None else EXIT_OK

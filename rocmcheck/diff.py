@@ -11,23 +11,17 @@ Exit 0 without regressions, 1 with any, 2 for unreadable or foreign input.
 """
 from __future__ import annotations
 
-import argparse
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, List, Optional
 
 from .errors import UsageError
-from .model import Status
+from .fingerprint import summary
+from .model import STATUS_VALUES, Status, is_bad
+from .render import short
 
-# Worst last: picks one status where a report holds a variant twice, or a matrix cell several runs.
-SEVERITY = ("pass", "skip", "warn", "fail", "error", "crash", "hang")
 KINDS = ("regression", "fix", "changed", "new", "missing")
-_GOOD_NOW = ("pass", "warn")
-
-
-def worst(statuses: Iterable[str]) -> str:
-    return max(statuses, key=SEVERITY.index)
+GOOD_NOW = (Status.PASS, Status.WARN)
 
 
 def statuses(report: Dict[str, Any], what: str) -> Dict[str, str]:
@@ -35,24 +29,24 @@ def statuses(report: Dict[str, Any], what: str) -> Dict[str, str]:
     seen: Dict[str, List[str]] = {}
     for index, verdict in enumerate(report.get("verdicts") or []):
         ok = isinstance(verdict, dict) and isinstance(verdict.get("variant"), str) \
-            and verdict.get("status") in SEVERITY
+            and verdict.get("status") in STATUS_VALUES
         if not ok:
             raise UsageError(f"{what}: verdict {index} has no valid variant and status")
         seen.setdefault(verdict["variant"], []).append(verdict["status"])
-    return {variant: worst(found) for variant, found in seen.items()}
+    return {variant: Status.worst(found).value for variant, found in seen.items()}
 
 
 def classify(base: Optional[str], current: str) -> str:
     """'regression', 'fix', 'changed', 'same' or 'new' for one variant (base None: absent)."""
-    bad_now = Status(current).is_bad
+    bad_now = is_bad(current)
     if base is None:
         return "regression" if bad_now else "new"
     if base == current:
         return "same"
-    bad_before = Status(base).is_bad
+    bad_before = is_bad(base)
     if bad_now and not bad_before:
         return "regression"
-    if bad_before and current in _GOOD_NOW:
+    if bad_before and current in GOOD_NOW:
         return "fix"
     return "changed"
 
@@ -100,36 +94,24 @@ def compare(baseline: Dict[str, Any], current: Dict[str, Any], names: tuple = ("
     return result
 
 
-# --- the command -----------------------------------------------------------------------------
+# --- for people --------------------------------------------------------------------------------
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("diff", help="regressions and fixes between two runs; exit 1 on any regression")
-    p.add_argument("baseline", type=Path, metavar="BASELINE", help="report (.json) or journal (.jsonl)")
-    p.add_argument("current", type=Path, metavar="CURRENT", help="report (.json) or journal (.jsonl)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the diff as JSON here")
-    p.set_defaults(func=cmd_diff)
-
-
-def _side(path: Path, report: Dict[str, Any]) -> Dict[str, Any]:
-    from .fingerprint import summary
-
+def side(path: Path, report: Dict[str, Any]) -> Dict[str, Any]:
+    """One side of a diff: its file, machine, run and whether it is partial."""
     run = report.get("run") or {}
     return {"file": str(path), "machine": summary(report.get("fingerprint") or {}), "run": run.get("id"),
             "partial": bool(run.get("partial")), "interrupted": run.get("interrupted")}
 
 
-def _text(sides: List[Dict[str, Any]], result: Diff) -> str:
+def text(sides: List[Dict[str, Any]], result: Diff) -> str:
+    """The diff for the terminal: both sides, the changes, the counts."""
     from tabulate import tabulate
 
-    from .render import short
-
-    lines = [f"{name}: {side['file']} ({side['machine']}, run {side['run']})"
-             for name, side in zip(("baseline", "current "), sides)]
+    lines = [f"{name}: {s['file']} ({s['machine']}, run {s['run']})" for name, s in zip(("baseline", "current "), sides)]
     if sides[0]["machine"] != sides[1]["machine"]:
         lines.append("note: the two runs come from different machines")
-    lines += [f"note: {side['file']} is partial (interrupted during {side['interrupted']})"
-              for side in sides if side["partial"]]
+    lines += [f"note: {s['file']} is partial (interrupted during {s['interrupted']})" for s in sides if s["partial"]]
     rows = [[c.kind.upper(), c.variant, c.baseline or "-", c.current or "-", short(c.message, 70)]
             for c in result.changes]
     if rows:
@@ -137,17 +119,3 @@ def _text(sides: List[Dict[str, Any]], result: Diff) -> str:
                                tablefmt="simple")]
     lines += ["", result.counts_line()]
     return "\n".join(lines)
-
-
-def cmd_diff(args: argparse.Namespace) -> int:
-    from .storage import load_report, write_atomic
-
-    reports = [load_report(args.baseline), load_report(args.current)]
-    result = compare(*reports, names=(str(args.baseline), str(args.current)))
-    sides = [_side(args.baseline, reports[0]), _side(args.current, reports[1])]
-    print(_text(sides, result))
-    if args.json:
-        data = {"baseline": sides[0], "current": sides[1], "unchanged": result.unchanged,
-                **{kind: [c.__dict__ for c in result.of(kind)] for kind in KINDS}}
-        write_atomic(args.json, json.dumps(data, indent=2) + "\n")
-    return 1 if result.regressions else 0

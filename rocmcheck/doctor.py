@@ -29,7 +29,6 @@ a fresh interpreter may overshoot the budget by one torch import, which nothing 
 """
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import json
 import math
@@ -40,9 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import known_issues, registry
+from . import known_issues
 from .errors import UsageError
-from .model import DeviceInfo, Status, Variant, Verdict, preloads
+from .model import DeviceInfo, Status, Variant, Verdict
+from .storage import parse_json, read_text
 
 SCHEMA = "rocmcheck-workarounds/1"
 BUILTIN_FILE = Path(__file__).parent / "data" / "workarounds.json"
@@ -140,10 +140,8 @@ def parse_candidate(entry: Any, where: str) -> Candidate:
 def load_candidates(extra: Sequence[Path] = ()) -> Dict[str, Candidate]:
     """The built-in candidates, then each file of `extra` (a later id replaces an earlier one)."""
     out: Dict[str, Candidate] = {}
-    from .storage import _parse, _read_text
-
     for path in [BUILTIN_FILE, *map(Path, extra)]:
-        data = _parse(_read_text(path), f"workarounds file '{path}'")
+        data = parse_json(read_text(path), f"workarounds file '{path}'")
         if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("candidates"), list):
             raise UsageError(f"workarounds file '{path}': expected {{\"schema\": \"{SCHEMA}\", \"candidates\": [...]}}")
         for entry in data["candidates"]:
@@ -347,124 +345,10 @@ class Doctor:
         self.runner.sections["doctor"] = [case.to_dict(self.repeats) for case in self.cases]
 
 
-# --- output -------------------------------------------------------------------------------
-
-STATE_TEXT = {"fails": "fails: passed {rate} re-runs as it is", "flaky": "flaky: passes {rate} re-runs as it is",
-              "not-reproduced": "passed {rate} re-runs as it is: not reproduced, nothing to fix",
-              "unmeasured": "not measured: the budget ran out ({rate} re-runs)",
-              "skipped": "does not run here (skipped): nothing to diagnose"}
-OUTCOME_TEXT = {"fix": "FIX", "no-fix": "no fix", "crash": "crashed", "hang": "hung", "skip": "n/a here",
-                "cut": "cut", "untried": "untried"}
-
-
-def _state_line(result: Mapping[str, Any]) -> str:
-    line = STATE_TEXT.get(result.get("state"), "{rate}").format(rate=result.get("pass_rate", "?"))
-    if result.get("state") == "flaky":
-        line += f"; a fix must pass {result.get('required_passes')} in a row"
-    return line
-
-
-def _candidate_note(row: Mapping[str, Any]) -> str:
-    if row.get("outcome") == "untried":
-        return "not tried: the budget ran out"
-    if row.get("outcome") == "cut":
-        return "stopped by the budget before enough runs"
-    return row.get("message") or row.get("title", "")
-
-
-def terminal_text(results: List[Dict[str, Any]]) -> str:
-    from tabulate import tabulate
-
-    from .render import short
-
-    if not results:
-        return "doctor: nothing to diagnose: no variant failed"
-    out = []
-    for r in results:
-        out += ["", f"{r['variant']}: {_state_line(r)} (originally {r['original']['status']}: "
-                    f"{short(r['original']['message'], 100)})"]
-        rows = [[OUTCOME_TEXT[c["outcome"]], c["id"], f"{c['passes']}/{c['runs']}", short(_candidate_note(c), 80)]
-                for c in r["candidates"]]
-        if rows:
-            out.append(tabulate(rows, headers=["outcome", "candidate", "passed", "note"], tablefmt="simple"))
-        elif r["state"] in ("fails", "flaky"):
-            out.append("  no candidate workaround applies to this variant")
-        if r["snippet"]:
-            out += [f"  paste this ({r['fixes'][0]}):", *("    " + line for line in r["snippet"].splitlines())]
-    fixed = sum(1 for r in results if r["fixes"])
-    out += ["", f"doctor: {fixed} of {len(results)} failing variant(s) have a workaround"]
-    if any(r["untried"] or r["state"] == "unmeasured" for r in results):
-        out.append("doctor: some candidates were not tried for lack of budget: raise --budget, or lower --timeout "
-                   "(a hanging run costs its whole timeout)")
-    return "\n".join(out)
-
-
-def markdown_lines(results: Any) -> Optional[List[str]]:
-    """The doctor section as Markdown; None when `results` is not doctor's shape (a foreign report)."""
-    from .render import _md_escape, short
-
-    if not isinstance(results, list) or not all(isinstance(r, dict) and isinstance(r.get("variant"), str)
-                                                 and isinstance(r.get("candidates"), list) for r in results):
-        return None
-    out: List[str] = []
-    for r in results:
-        original = r.get("original") if isinstance(r.get("original"), dict) else {}
-        out += [f"### `{r['variant']}`: {_state_line(r)}", "",
-                f"Originally {original.get('status', '?')}: {short(original.get('message', ''), 300)}", ""]
-        rows = [c for c in r["candidates"] if isinstance(c, dict)]
-        if rows:
-            out += ["| candidate | kind | outcome | passed | note |", "|---|---|---|---|---|"]
-            out += [f"| `{c.get('id')}` | {c.get('kind')} | {'**fix**' if c.get('outcome') == 'fix' else c.get('outcome')}"
-                    f" | {c.get('passes')}/{c.get('runs')} | {_md_escape(short(_candidate_note(c), 200))} |"
-                    for c in rows]
-        fixes = [c for c in rows if c.get("outcome") == "fix"]
-        for c in fixes[:1]:
-            out += ["", f"Workaround (`{c.get('id')}`: {c.get('title')}):", "", "```", str(c.get("snippet")), "```"]
-        out.append("")
-    return out
-
-
-# --- command ------------------------------------------------------------------------------
-
-
-def _whole(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
-    return value
-
-
-def register(sub: Any) -> None:
-    from .cli import _add_run_options, _positive_float
-
-    p = sub.add_parser("doctor", help="re-run failing variants under candidate workarounds; say which one fixes them",
-                       description="Run the gate (or --probe/-k, or take the failing variants of --from RUN.json), "
-                                   "then re-run every variant that did not pass: as it is (--repeats times, to "
-                                   "measure its pass rate) and under each candidate workaround that applies "
-                                   "(environment variables, or parameters of the same probe), within --budget "
-                                   "seconds. Exit 0 when every failing variant has a workaround, 1 when one has none.")
-    _add_run_options(p)
-    p.set_defaults(device=None, func=cmd_doctor)
-    p.add_argument("--from", dest="from_path", type=Path, default=None, metavar="RUN.json",
-                   help="diagnose the failing variants of an existing run (report .json or .jsonl journal)")
-    p.add_argument("--repeats", type=_whole, default=DEFAULT_REPEATS, metavar="N",
-                   help=f"runs of the variant as it is, and passes a candidate needs (default {DEFAULT_REPEATS})")
-    p.add_argument("--budget", type=_positive_float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
-                   help=f"time for all re-runs together (default {DEFAULT_BUDGET_S:g})")
-    p.add_argument("--workarounds", action="append", type=Path, default=[], metavar="FILE",
-                   help="also try the candidates of this JSON file (format: rocmcheck/data/workarounds.json)")
-
-
-def _from_run(args: argparse.Namespace, specs: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Tuple[Variant, Verdict]]]:
-    """The failing variants of a saved run, resolved against the loaded probes."""
-    from .selection import select
-    from .storage import load_report
-
-    source = load_report(args.from_path)
-    chosen = {v.id for v in select(specs, args.probe, args.keyword)} if args.probe or args.keyword else None
+def failing_variants(source: Dict[str, Any], specs: Mapping[str, Any], chosen: Optional[set],
+                     what: str) -> List[Tuple[Variant, Verdict]]:
+    """The failing variants of a saved run (those in `chosen`, when given), resolved against the
+    loaded probes; a probe or variant this rocmcheck lacks is a UsageError naming `what`."""
     failing = []
     for record in source["verdicts"]:
         verdict = _verdict_of(record)
@@ -472,12 +356,12 @@ def _from_run(args: argparse.Namespace, specs: Dict[str, Any]) -> Tuple[Dict[str
             continue
         spec = specs.get(verdict.probe)
         if spec is None:
-            raise UsageError(f"{args.from_path}: probe '{verdict.probe}' is not loaded (add its --probes-path)")
+            raise UsageError(f"{what}: probe '{verdict.probe}' is not loaded (add its --probes-path)")
         variant = Variant(spec, dict(verdict.params))
         if variant.id != verdict.variant:
-            raise UsageError(f"{args.from_path}: variant '{verdict.variant}' does not exist in this rocmcheck")
+            raise UsageError(f"{what}: variant '{verdict.variant}' does not exist in this rocmcheck")
         failing.append((variant, verdict))
-    return source, failing
+    return failing
 
 
 def _verdict_of(record: Any) -> Optional[Verdict]:
@@ -485,55 +369,3 @@ def _verdict_of(record: Any) -> Optional[Verdict]:
         return Verdict.from_dict(record)
     except (TypeError, ValueError, KeyError):
         return None
-
-
-def cmd_doctor(args: argparse.Namespace) -> int:
-    from .cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, _files_line, _live, _note, _options
-    from .runner import Runner
-    from .session import check_device, gate_variants
-    from .selection import select
-
-    specs = registry.load_all(args.probes_path)
-    candidates = load_candidates(args.workarounds)
-    if args.from_path is not None:
-        source, failing = _from_run(args, specs)
-        if not failing:
-            among = " among the selection" if args.probe or args.keyword else ""
-            print(f"doctor: nothing to diagnose: no variant of {args.from_path} failed{among}")
-            return EXIT_OK
-        run = source["run"]
-        args.device = args.device or run.get("device") or "auto"
-        profile = run.get("profile") if run.get("profile") in ("gate", "full") else "full"
-        first = [v for v, _ in failing]
-    else:
-        first = select(specs, args.probe, args.keyword) if args.probe or args.keyword else gate_variants(specs)
-        if not first:
-            raise UsageError("no probe variant matches the selection")
-        profile = "full" if args.probe or args.keyword else "gate"
-    opts = _options(args, profile, "doctor")
-    opts.device = check_device(args.device or "auto")
-    opts.preload = preloads(first)
-    runner = Runner(opts, on_verdict=_live, on_note=_note)
-    doctor = Doctor(runner, candidates, args.repeats, args.budget)
-
-    def diagnose() -> None:
-        if args.from_path is not None:  # this session's first run of each counts: it was not chosen by its outcome
-            cases = [Case(v, old, old.duration_s) for v, old in failing]
-            for case, verdict in zip(cases, runner.verdicts):
-                case.baseline.add(verdict)
-        else:
-            by_id = {v.id: v for v in first}
-            cases = [Case(by_id[v.variant], v, v.duration_s) for v in runner.verdicts if v.status.is_bad]
-        if cases:
-            print(f"\ndoctor: {len(cases)} variant(s) did not pass; re-running them (budget {args.budget:g}s)",
-                  flush=True)
-        doctor.examine(cases)
-
-    print(f"rocmcheck doctor: {len(first)} variants, isolation {opts.isolation}, device {opts.device}", flush=True)
-    report = runner.run(first, after=diagnose)
-    results = report.get("doctor", [])
-    print(terminal_text(results))
-    print(_files_line(report, opts))
-    if report["run"]["partial"]:
-        return EXIT_INTERRUPTED
-    return EXIT_OK if all(r["fixes"] for r in results) else EXIT_FAILED

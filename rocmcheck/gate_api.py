@@ -8,6 +8,7 @@ from typing import Iterable, List, Optional
 from . import registry
 from .errors import GateFailed
 from .model import Verdict
+from .render import failing_line, markdown_report
 from .runner import RunOptions
 from .session import gate_variants, run_variants
 
@@ -39,10 +40,10 @@ def gate(device: str = "auto", require: Iterable[str] = (), timeout: Optional[fl
         options.isolation = isolation
     say = (lambda v: print(f"rocmcheck gate: {v.status.value.upper():>5} {v.variant}", file=sys.stderr)) \
         if verbose else None
-    report = run_variants(options, variants, on_verdict=say)
+    report = run_variants(options, variants, on_verdict=say, markdown=markdown_report)
     verdicts = [Verdict.from_dict(v) for v in report["verdicts"]]
     bad = [v for v in verdicts if v.status.is_bad]
     if bad or report["run"]["partial"]:
-        lines = [f"{v.status.value.upper()} {v.variant}: {v.message}" for v in bad] or ["the gate was interrupted"]
+        lines = [failing_line(v.to_dict()) for v in bad] or ["the gate was interrupted"]
         raise GateFailed("rocmcheck gate: NO-GO\n" + "\n".join(lines), verdicts)
     return verdicts

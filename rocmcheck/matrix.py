@@ -10,14 +10,16 @@ a cell with a known issue, listed under the table. Never imports torch.
 """
 from __future__ import annotations
 
-import argparse
-import json
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from .diff import SEVERITY, statuses, worst
+from . import known_issues
+from .diff import statuses
+from .errors import UsageError
+from .fingerprint import summary
+from .model import EVIDENCE_TAILS, STATUS_ORDER, Status, Verdict, count_statuses
+from .render import known_issue_lines, md_escape
 
 GROUPING = ("reports with identical fingerprints share a column; the worst status wins, "
             "and 'FAIL 1/3' means 1 of the column's 3 verdicts for that variant")
@@ -35,9 +37,6 @@ class Machine:
 
 def _issues(verdict: Dict[str, Any], fingerprint: Dict[str, Any]) -> List[Dict[str, Any]]:
     """Known issues stored with the verdict, plus any the current data files add."""
-    from . import known_issues
-    from .model import Status, Verdict
-
     found = {i.get("id"): i for i in verdict.get("known_issues") or []}
     if verdict["status"] not in ("pass", "skip"):
         probe = verdict.get("probe") or verdict["variant"].split("[")[0]
@@ -52,29 +51,27 @@ def _detail(verdict: Dict[str, Any]) -> Dict[str, Any]:
     """What a reader of a bad cell needs: the message and the evidence's short fields and tails."""
     ev = verdict.get("evidence") or {}
     evidence = {k: ev[k] for k in ("exit", "signatures", "faults_injected") if ev.get(k)}
-    evidence.update({k: str(ev[k]).strip()[-DETAIL_TAIL:] for k in ("traceback", "stack", "output_tail") if ev.get(k)})
+    evidence.update({k: str(ev[k]).strip()[-DETAIL_TAIL:] for k in EVIDENCE_TAILS if ev.get(k)})
     return {"status": verdict["status"], "message": verdict.get("message") or "", "evidence": evidence}
 
 
 def _cell(verdicts: Optional[List[Dict[str, Any]]], fingerprint: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     if not verdicts:
         return None
-    counts = Counter(v["status"] for v in verdicts)
+    counts = count_statuses(v["status"] for v in verdicts)
     issues = {i.get("id"): i for v in verdicts for i in _issues(v, fingerprint)}
-    return {"status": worst(counts), "counts": dict(counts), "known_issues": list(issues.values()),
+    return {"status": Status.worst(counts).value, "counts": counts, "known_issues": list(issues.values()),
             "details": [_detail(v) for v in verdicts if v["status"] not in ("pass", "skip")]}
 
 
 def _badness(machine: Machine) -> Tuple[int, ...]:
     """How bad a machine's verdicts are: counts per status, the most severe first."""
-    counts = Counter(v["status"] for verdicts in machine.verdicts.values() for v in verdicts)
-    return tuple(counts.get(status, 0) for status in reversed(SEVERITY))
+    counts = count_statuses(v["status"] for verdicts in machine.verdicts.values() for v in verdicts)
+    return tuple(counts.get(status.value, 0) for status in STATUS_ORDER)
 
 
 def build(loaded: List[Tuple[str, Dict[str, Any]]]) -> Dict[str, Any]:
     """The matrix (JSON-able) from (name, report) pairs."""
-    from .fingerprint import summary
-
     machines: Dict[str, Machine] = {}
     probes: Dict[str, str] = {}  # variant -> probe id, in first-seen order
     for name, report in loaded:
@@ -121,8 +118,6 @@ def _table(matrix: Dict[str, Any], fmt: str, newline: str, variant_fmt: str = "{
 
 
 def _issue_lines(matrix: Dict[str, Any], bullet: str) -> List[str]:
-    from .render import known_issue_lines
-
     lines = []
     for row in matrix["rows"]:
         for machine, cell in zip(matrix["machines"], row["cells"]):
@@ -132,13 +127,13 @@ def _issue_lines(matrix: Dict[str, Any], bullet: str) -> List[str]:
     return lines
 
 
-def _counts_line(matrix: Dict[str, Any]) -> str:
+def counts_line(matrix: Dict[str, Any]) -> str:
     counts = (len(matrix["rows"]), len(matrix["machines"]), sum(len(m["reports"]) for m in matrix["machines"]))
     return ", ".join(f"{n} {word}{'s' if n != 1 else ''}" for n, word in zip(counts, ("variant", "machine", "report")))
 
 
 def terminal_text(matrix: Dict[str, Any]) -> str:
-    lines = [_table(matrix, "simple", "\n"), "", f"{_counts_line(matrix)}; {GROUPING}"]
+    lines = [_table(matrix, "simple", "\n"), "", f"{counts_line(matrix)}; {GROUPING}"]
     issues = _issue_lines(matrix, "")
     if issues:
         lines += ["", "known issues (*):", *issues]
@@ -146,36 +141,21 @@ def terminal_text(matrix: Dict[str, Any]) -> str:
 
 
 def markdown_text(matrix: Dict[str, Any]) -> str:
-    from .render import _md_escape
-
-    lines = ["# rocmcheck matrix", "", f"{_counts_line(matrix)}. Cells: {GROUPING}.", "",
+    lines = ["# rocmcheck matrix", "", f"{counts_line(matrix)}. Cells: {GROUPING}.", "",
              _table(matrix, "github", "<br>", "`{}`"), ""]
     lines += ["Reports per machine:", ""]
-    lines += [f"- {m['label']}: " + ", ".join(f"`{_md_escape(r)}`" for r in m["reports"]) for m in matrix["machines"]]
+    lines += [f"- {m['label']}: " + ", ".join(f"`{md_escape(r)}`" for r in m["reports"]) for m in matrix["machines"]]
     issues = _issue_lines(matrix, "- ")
     if issues:
         lines += ["", "## Known issues (*)", "", *issues]
     return "\n".join(lines) + "\n"
 
 
-# --- the command -----------------------------------------------------------------------------
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser("matrix", help="one matrix from the reports of many machines (rows: variants, columns: machines)")
-    p.add_argument("files", nargs="+", type=Path, metavar="FILE",
-                   help="reports (.json) or journals (.jsonl), or folders of reports (a fleet's node reports)")
-    p.add_argument("--md", type=Path, default=None, metavar="PATH", help="also write the matrix as Markdown here")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the matrix as JSON here")
-    p.add_argument("--html", type=Path, default=None, metavar="PATH",
-                   help="also write the matrix as one self-contained HTML page here")
-    p.set_defaults(func=cmd_matrix)
+# --- input ---------------------------------------------------------------------------------
 
 
 def report_files(paths: List[Path]) -> List[Path]:
     """Files as given; a folder stands for the reports in it (`*.json`, else the journals)."""
-    from .errors import UsageError
-
     found: List[Path] = []
     for path in paths:
         if not path.is_dir():
@@ -186,20 +166,3 @@ def report_files(paths: List[Path]) -> List[Path]:
             raise UsageError(f"no report (.json or .jsonl) in the folder '{path}'")
         found.extend(inside)
     return found
-
-
-def cmd_matrix(args: argparse.Namespace) -> int:
-    from .storage import load_report, write_atomic
-
-    unique = list(dict.fromkeys(report_files(args.files)))  # the same file named twice counts once
-    matrix = build([(str(path), load_report(path)) for path in unique])
-    print(terminal_text(matrix))
-    if args.md:
-        write_atomic(args.md, markdown_text(matrix))
-    if args.json:
-        write_atomic(args.json, json.dumps(matrix, indent=2, default=str) + "\n")
-    if args.html:
-        from .matrix_html import html_page
-
-        write_atomic(args.html, html_page(matrix))
-    return 0

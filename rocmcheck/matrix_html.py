@@ -11,9 +11,8 @@ from html import escape
 from itertools import groupby
 from typing import Any, Dict, List, Optional
 
-from .matrix import GROUPING, _counts_line, cell_text
-
-BAD = ("fail", "error", "crash", "hang")
+from .matrix import GROUPING, cell_text, counts_line
+from .model import is_bad
 COLOURS = {"pass": "#c8efc8", "skip": "#e4e4e4", "warn": "#ffe9a8", "fail": "#ffb3b3", "error": "#ffc48a",
            "crash": "#e08cd8", "hang": "#b9a6ff"}
 GROUP_LEVELS = ("arch", "backend", "torch")  # the label's first three parts; the fourth (OS) heads each column
@@ -79,7 +78,7 @@ def html_page(matrix: Dict[str, Any]) -> str:
     head.append(f"<tr>{''.join(last)}</tr>")
     body = []
     for row in matrix["rows"]:
-        bad = any(c and c["status"] in BAD for c in row["cells"])
+        bad = any(c and is_bad(c["status"]) for c in row["cells"])
         cells = "".join(_td(row["cells"][i], row["variant"], i) for i in order)
         body.append(f'<tr class="{"bad" if bad else "good"}"><td class="variant">{escape(row["variant"])}</td>{cells}</tr>')
     legend = " ".join(f'<span style="background:{c};padding:0 4px">{s.upper()}</span>' for s, c in COLOURS.items())
@@ -88,7 +87,7 @@ def html_page(matrix: Dict[str, Any]) -> str:
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">',
         "<title>rocmcheck matrix</title>", f"<style>{STYLE}</style></head><body>",
         "<h1>rocmcheck matrix</h1>",
-        f"<p>{escape(_counts_line(matrix))}. Cells: {escape(GROUPING)}. A failing cell opens to its evidence.</p>",
+        f"<p>{escape(counts_line(matrix))}. Cells: {escape(GROUPING)}. A failing cell opens to its evidence.</p>",
         f"<p>{legend}</p>",
         '<input type="checkbox" id="only-bad"> <label for="only-bad">only failing rows</label>',
         f"<table><thead>{''.join(head)}</thead><tbody>", *body, "</tbody></table>", "</body></html>", ""])

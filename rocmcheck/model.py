@@ -7,29 +7,77 @@ from __future__ import annotations
 
 import enum
 import itertools
+from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 
 class Status(str, enum.Enum):
-    """Exactly one per probe variant (docs/design.md, "Verdicts")."""
+    """Exactly one per probe variant (docs/design.md, "Verdicts").
 
-    PASS = "pass"
-    FAIL = "fail"
-    ERROR = "error"
-    CRASH = "crash"
+    Declared worst first, and that one order is used everywhere: the worst status wins where
+    a report holds a variant twice or a matrix cell several runs, counts and failing verdicts
+    are listed in it. hang > crash > error > fail: the further a status is from a process that
+    finished its work, the more it takes down with it (a hung or crashed GPU child takes the
+    next job too, an exception stops one probe, a wrong result was at least computed); then
+    warn > skip > pass (a known risk, then nothing learnt, then good news).
+    """
+
     HANG = "hang"
-    SKIP = "skip"
+    CRASH = "crash"
+    ERROR = "error"
+    FAIL = "fail"
     WARN = "warn"
+    SKIP = "skip"
+    PASS = "pass"
 
     @property
     def is_bad(self) -> bool:
         """A status that makes a run (or the gate) fail."""
         return self in BAD_STATUSES
 
+    @property
+    def severity(self) -> int:
+        """Larger is worse (pass is 0)."""
+        return len(STATUS_ORDER) - 1 - STATUS_ORDER.index(self)
 
+    @classmethod
+    def worst(cls, statuses: Iterable[str]) -> "Status":
+        return max(map(cls, statuses), key=lambda s: s.severity)
+
+
+STATUS_ORDER: Tuple[Status, ...] = tuple(Status)  # worst first
+STATUS_VALUES = frozenset(s.value for s in Status)
 BAD_STATUSES = frozenset({Status.FAIL, Status.ERROR, Status.CRASH, Status.HANG})
 
+
+EVIDENCE_TAILS = ("stack", "traceback", "output_tail")  # the long evidence texts, shown last and cut first
+
+
+def is_bad(status: str) -> bool:
+    """`Status(status).is_bad` for a status read from a report."""
+    return Status(status).is_bad
+
+
+def count_statuses(statuses: Iterable[str]) -> Dict[str, int]:
+    """Status -> how many, worst first (the order every counts line prints)."""
+    seen = Counter(statuses)
+    return {s.value: seen[s.value] for s in STATUS_ORDER if seen[s.value]}
+
+
+class ExitCode(enum.IntEnum):
+    """What the `rocmcheck` command exits with (docs/design.md, "Commands and exit codes");
+    not to be confused with `exitcodes`, which decodes how a child process ended."""
+
+    OK = 0  # success, GO
+    FAILED = 1  # a probe failed, NO-GO, a regression
+    USAGE = 2  # bad input or internal error: could not assess
+    INTERRUPTED = 130
+
+
+def node_status(exit_code: int) -> str:
+    """The gate's word for an exit code: GO, NO-GO, or UNKNOWN (no verdict could be reached)."""
+    return {ExitCode.OK: "GO", ExitCode.FAILED: "NO-GO"}.get(exit_code, "UNKNOWN")
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,11 @@ import socket
 import time
 from typing import Any, Dict, List, Optional
 
+from .model import ExitCode, is_bad, node_status
+from .runner import GPU_VISIBLE
+
 SCHEMA = "rocmcheck-node-verdict"
 SCHEMA_VERSION = "1.0"
-STATUS_BY_EXIT = {0: "GO", 1: "NO-GO", 2: "UNKNOWN"}
-GPU_VISIBLE = "gpu-visible"
 
 
 def action(verdict: Dict[str, Any], on_gpu: bool) -> str:
@@ -39,7 +40,7 @@ def verdict(report: Dict[str, Any], exit_code: int, files: Optional[Dict[str, st
     on_gpu = str(run.get("device", "cpu")) != "cpu"
     failing: List[Dict[str, Any]] = []
     for v in report.get("verdicts") or []:
-        if v.get("status") in ("fail", "error", "crash", "hang"):
+        if is_bad(v["status"]):
             failing.append({"check": v["variant"], "status": v["status"], "message": v.get("message", ""),
                             "device": v.get("device") or run.get("device"), "action": action(v, on_gpu),
                             "known_issues": [i.get("id") for i in v.get("known_issues") or []]})
@@ -51,10 +52,10 @@ def verdict(report: Dict[str, Any], exit_code: int, files: Optional[Dict[str, st
 
 def unknown(error: str) -> Dict[str, Any]:
     """No verdict could be reached (exit 2): say why, in the same shape."""
-    return {**_head(2), "error": error, "failing": []}
+    return {**_head(ExitCode.USAGE), "error": error, "failing": []}
 
 
 def _head(exit_code: int) -> Dict[str, Any]:
     return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "node": socket.gethostname(),
             "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "status": STATUS_BY_EXIT.get(exit_code, "UNKNOWN"), "exit_code": exit_code}
+            "status": node_status(exit_code), "exit_code": int(exit_code)}

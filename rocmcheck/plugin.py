@@ -22,7 +22,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 try:
     import fcntl
@@ -48,14 +48,8 @@ MARKERS = (
 
 MATRIX_HELP = ("run every rocmcheck probe variant as a test item; write the matrix (JSON + Markdown) to DIR "
                "(default reports/). Write --rocm-matrix=DIR: a bare `--rocm-matrix DIR` also takes DIR")
-DEVICE_HELP = "device for the probes: auto (first GPU, else the CPU), cpu or cuda:N (default auto)"
-TIMEOUT_HELP = "per-variant timeout in seconds, overriding each probe's own"
-ISOLATION_HELP = "zygote (fork from a server that imported torch; POSIX default) or spawn (fresh interpreter)"
-PROBES_PATH_HELP = "also load probe modules from this directory (repeatable)"
-GATE_ONLY_HELP = "only the variants in the gate, with the gate profile"
-BASELINE_HELP = "report (.json) or journal (.jsonl) of an earlier run: only regressions against it fail"
 HTML_HELP = "with --rocm-matrix: also write the run's matrix as one self-contained HTML page to FILE"
-INJECT_HELP = "inject faults into the probes, NAME[:ARG][@PROBE_GLOB],... (see: rocmcheck list --faults)"
+SHARED = ("device", "timeout", "isolation", "probes_path", "gate_only", "baseline", "inject")  # rocmcheck.options
 
 KEY = pytest.StashKey["MatrixPlugin"]()
 
@@ -65,25 +59,13 @@ class RocmcheckWarning(UserWarning):
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from .options import add_to_pytest
+
     group = parser.getgroup(GROUP, "rocmcheck: GPU probes as test items")
     group.addoption("--rocm-matrix", dest="rocm_matrix", nargs="?", const="reports", default=None,
                     metavar="DIR", help=MATRIX_HELP)
-    group.addoption("--rocm-device", dest="rocm_device", default=None, metavar="DEV", help=DEVICE_HELP)
-    group.addoption("--rocm-timeout", dest="rocm_timeout", default=None, metavar="S", help=TIMEOUT_HELP)
-    group.addoption("--rocm-isolation", dest="rocm_isolation", default=None, metavar="MODE", help=ISOLATION_HELP)
-    group.addoption("--rocm-probes-path", dest="rocm_probes_path", action="append", default=None, metavar="DIR",
-                    help=PROBES_PATH_HELP)
-    group.addoption("--rocm-gate-only", dest="rocm_gate_only", action="store_true", default=None,
-                    help=GATE_ONLY_HELP)
-    group.addoption("--rocm-baseline", dest="rocm_baseline", default=None, metavar="FILE", help=BASELINE_HELP)
-    group.addoption("--rocm-inject", dest="rocm_inject", default=None, metavar="FAULT", help=INJECT_HELP)
+    add_to_pytest(group, parser, *SHARED)
     group.addoption("--rocm-html", dest="rocm_html", default=None, metavar="FILE", help=HTML_HELP)
-    parser.addini("rocm_device", DEVICE_HELP, default="")
-    parser.addini("rocm_timeout", TIMEOUT_HELP, default="")
-    parser.addini("rocm_isolation", ISOLATION_HELP, default="")
-    parser.addini("rocm_probes_path", PROBES_PATH_HELP, type="paths", default=[])
-    parser.addini("rocm_gate_only", GATE_ONLY_HELP, type="bool", default=False)
-    parser.addini("rocm_baseline", BASELINE_HELP, default="")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -126,64 +108,33 @@ class Settings:
     html: Optional[Path] = None
 
 
-def _setting(config: pytest.Config, name: str) -> Tuple[Any, str]:
-    """(value, where it came from): the command line wins over the ini file."""
-    value = config.getoption(f"rocm_{name}")
-    if value is not None:
-        return value, f"--rocm-{name.replace('_', '-')}"
-    return config.getini(f"rocm_{name}"), f"ini option rocm_{name}"
+def _setting(config: pytest.Config, name: str) -> Any:
+    """Option `name`: the command line over the environment over the ini file, checked."""
+    from .options import OPTIONS, layered
 
-
-def _valid(config: pytest.Config, name: str, convert: Callable[[Any], Any], requirement: str) -> Any:
-    from .errors import UsageError
-
-    value, where = _setting(config, name)
-    try:
-        return convert(value)
-    except (UsageError, ValueError):
-        raise UsageError(f"{where} must be {requirement}, not {value!r}") from None
-
-
-def _timeout(value: str) -> Optional[float]:
-    seconds = float(value) if value else None
-    if seconds is not None and not seconds > 0:
-        raise ValueError(value)
-    return seconds
-
-
-def _isolation(value: str) -> Optional[str]:
-    from .runner import ISOLATIONS
-
-    if value and value not in ISOLATIONS:
-        raise ValueError(value)
-    return value or None
+    ini = config.getini(f"rocm_{name}") if OPTIONS[name].ini else None
+    return layered(name, config.getoption(f"rocm_{name}"), f"--rocm-{name.replace('_', '-')}", ini, f"rocm_{name}")
 
 
 def read_settings(config: pytest.Config) -> Settings:
     """Every setting, validated now: a bad value is a usage error before any probe runs."""
-    import os
-
-    from . import faults
-    from .session import check_device
-
     here = config.invocation_params.dir
     cli_paths = config.getoption("rocm_probes_path")
-    baseline, where = _setting(config, "baseline")
+    baseline = config.getoption("rocm_baseline")
     ini_dir = config.inipath.parent if config.inipath else config.rootpath
-    settings = Settings(
+    return Settings(
         out_dir=here / config.getoption("rocm_matrix"),
-        device=_valid(config, "device", lambda v: check_device(v or "auto"), "auto, cpu or cuda:N"),
-        timeout=_valid(config, "timeout", _timeout, "a positive number of seconds"),
-        isolation=_valid(config, "isolation", _isolation, "zygote or spawn"),
+        device=_setting(config, "device") or "auto",
+        timeout=_setting(config, "timeout"),
+        isolation=_setting(config, "isolation"),
         probes_paths=tuple(str(here / p) for p in cli_paths) if cli_paths is not None
         else tuple(str(p) for p in config.getini("rocm_probes_path")),
-        gate_only=bool(_setting(config, "gate_only")[0]),
-        baseline=((here if where.startswith("--") else ini_dir) / baseline) if baseline else None,
-        inject=config.getoption("rocm_inject") or os.environ.get(faults.INJECT_ENV, ""),
+        gate_only=bool(_setting(config, "gate_only")),
+        baseline=here / baseline if baseline else (ini_dir / config.getini("rocm_baseline")
+                                                   if config.getini("rocm_baseline") else None),
+        inject=_setting(config, "inject") or "",
         html=here / config.getoption("rocm_html") if config.getoption("rocm_html") else None,
     )
-    faults.parse(settings.inject)  # an unknown fault is a usage error now, not at the first probe
-    return settings
 
 
 # --- items --------------------------------------------------------------------------------
@@ -234,9 +185,10 @@ def verdict_properties(verdict: "Verdict") -> List[Tuple[str, str]]:
 
 def failure_text(verdict: "Verdict", baseline: Optional[str], has_baseline: bool) -> str:
     """The failure report: the verdict line, its evidence and any known workaround."""
-    from .render import known_issue_lines
+    from .model import EVIDENCE_TAILS
+    from .render import failing_line, known_issue_lines
 
-    lines = [f"{verdict.status.value.upper()} {verdict.variant}: {verdict.message}"]
+    lines = [failing_line(verdict.to_dict())]
     if has_baseline:
         lines.append(f"regression against the baseline: {baseline or 'absent'} -> {verdict.status.value}")
     ev = verdict.evidence
@@ -246,7 +198,7 @@ def failure_text(verdict: "Verdict", baseline: Optional[str], has_baseline: bool
     if verdict.measurements:
         lines.append("measurements: " + ", ".join(f"{k}={v}" for k, v in verdict.measurements.items()))
     lines += known_issue_lines(verdict.to_dict())
-    for key in ("stack", "traceback", "output_tail"):
+    for key in EVIDENCE_TAILS:
         if ev.get(key):
             lines += ["", f"--- {key} ---", str(ev[key]).rstrip()]
     return "\n".join(lines)
@@ -323,6 +275,7 @@ class MatrixPlugin:
             return self.runner
         from .errors import TorchMissing, UsageError
         from .model import preloads
+        from .render import markdown_report
         from .runner import RunOptions, Runner
 
         s = self.settings
@@ -331,7 +284,7 @@ class MatrixPlugin:
                           preload=preloads(self.variants))
         if s.isolation:
             opts.isolation = s.isolation
-        runner = Runner(opts)
+        runner = Runner(opts, markdown=markdown_report)
         try:
             runner.start()
         except UsageError as exc:
@@ -417,10 +370,10 @@ class MatrixPlugin:
         if self.report is None:
             self.report, self.files = report, files
             return
+        from .model import count_statuses
+
         verdicts = self.report["verdicts"] + report["verdicts"]
-        counts: Dict[str, int] = {}
-        for v in verdicts:
-            counts[v["status"]] = counts.get(v["status"], 0) + 1
+        counts = count_statuses(v["status"] for v in verdicts)
         mine, theirs = self.report["run"], report["run"]
         run = {**mine, "counts": counts, "partial": bool(mine.get("partial") or theirs.get("partial")),
                "interrupted": mine.get("interrupted") or theirs.get("interrupted"),

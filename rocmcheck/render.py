@@ -1,13 +1,16 @@
-"""Tables for people: the live line per verdict, the terminal matrix and the Markdown report."""
+"""Text for people: the live line per verdict, the terminal matrix, the Markdown report and
+doctor's results. Renders report dicts only, so every command and the plugin share it and it
+imports nothing above the engine.
+"""
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List
+from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from tabulate import tabulate
 
 from .fingerprint import summary
+from .model import EVIDENCE_TAILS, STATUS_ORDER, is_bad
 
-STATUS_ORDER = ("fail", "crash", "hang", "error", "warn", "skip", "pass")
 MESSAGE_WIDTH = 90
 
 
@@ -23,7 +26,7 @@ def verdict_line(v: Dict[str, Any]) -> str:
 
 def counts_line(report: Dict[str, Any]) -> str:
     counts = report["run"].get("counts") or {}
-    parts = [f"{counts[s]} {s}" for s in STATUS_ORDER if counts.get(s)]
+    parts = [f"{counts[s.value]} {s.value}" for s in STATUS_ORDER if counts.get(s.value)]
     partial = " (PARTIAL: interrupted during {})".format(report["run"].get("interrupted")) if report["run"].get("partial") else ""
     return (", ".join(parts) or "no probes run") + partial
 
@@ -39,13 +42,19 @@ def terminal_matrix(report: Dict[str, Any]) -> str:
     return f"{table}\n\n{summary(report.get('fingerprint') or {})}: {counts_line(report)}"
 
 
-def _md_escape(text: str) -> str:
+def failing_line(v: Mapping[str, Any], width: Optional[int] = None) -> str:
+    """`FAIL transfer[to-float32]: the message` (the message cut to `width`)."""
+    message = v.get("message", "")
+    return f"{v['status'].upper()} {v['variant']}: {short(message, width) if width else message}"
+
+
+def md_escape(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def markdown_matrix(verdicts: List[Dict[str, Any]]) -> str:
-    rows = [[f"`{_md_escape(r[0])}`", f"**{r[1]}**" if r[1].lower() in STATUS_ORDER[:4] else r[1], r[2],
-             _md_escape(r[3])] for r in _rows(verdicts)]
+    rows = [[f"`{md_escape(r[0])}`", f"**{r[1]}**" if is_bad(r[1].lower()) else r[1], r[2],
+             md_escape(r[3])] for r in _rows(verdicts)]
     return tabulate(rows, headers=["probe variant", "verdict", "s", "message"], tablefmt="github")
 
 
@@ -72,13 +81,84 @@ def markdown_report(report: Dict[str, Any]) -> str:
         out += ["", f"## {v['status'].upper()} `{v['variant']}`", "", short(v.get("message", ""), 400)]
         out += known_issue_lines(v)
         ev = v.get("evidence") or {}
-        for key in ("stack", "traceback", "output_tail"):
+        for key in EVIDENCE_TAILS:
             if ev.get(key):
                 out += ["", f"<details><summary>{key}</summary>", "", "```", ev[key].strip()[-3000:], "```",
                         "", "</details>"]
     if report.get("doctor"):
-        from .doctor import markdown_lines
-
-        out += ["", "## Doctor", "", *(markdown_lines(report["doctor"]) or [])]
+        out += ["", "## Doctor", "", *(doctor_markdown(report["doctor"]) or [])]
     out += ["", "## Matrix", "", markdown_matrix(report["verdicts"]), ""]
     return "\n".join(out)
+
+
+# --- doctor's results (`rocmcheck.doctor`'s `Case.to_dict` shape) ---------------------------
+
+DOCTOR_STATE_TEXT = {
+    "fails": "fails: passed {rate} re-runs as it is", "flaky": "flaky: passes {rate} re-runs as it is",
+    "not-reproduced": "passed {rate} re-runs as it is: not reproduced, nothing to fix",
+    "unmeasured": "not measured: the budget ran out ({rate} re-runs)",
+    "skipped": "does not run here (skipped): nothing to diagnose"}
+DOCTOR_OUTCOME_TEXT = {"fix": "FIX", "no-fix": "no fix", "crash": "crashed", "hang": "hung", "skip": "n/a here",
+                       "cut": "cut", "untried": "untried"}
+
+
+def _state_line(result: Mapping[str, Any]) -> str:
+    line = DOCTOR_STATE_TEXT.get(result.get("state"), "{rate}").format(rate=result.get("pass_rate", "?"))
+    if result.get("state") == "flaky":
+        line += f"; a fix must pass {result.get('required_passes')} in a row"
+    return line
+
+
+def _candidate_note(row: Mapping[str, Any]) -> str:
+    if row.get("outcome") == "untried":
+        return "not tried: the budget ran out"
+    if row.get("outcome") == "cut":
+        return "stopped by the budget before enough runs"
+    return row.get("message") or row.get("title", "")
+
+
+def doctor_text(results: List[Dict[str, Any]]) -> str:
+    """Doctor's results for the terminal: per variant its state, the candidates tried, the snippet."""
+    if not results:
+        return "doctor: nothing to diagnose: no variant failed"
+    out = []
+    for r in results:
+        out += ["", f"{r['variant']}: {_state_line(r)} (originally {r['original']['status']}: "
+                    f"{short(r['original']['message'], 100)})"]
+        rows = [[DOCTOR_OUTCOME_TEXT[c["outcome"]], c["id"], f"{c['passes']}/{c['runs']}",
+                 short(_candidate_note(c), 80)] for c in r["candidates"]]
+        if rows:
+            out.append(tabulate(rows, headers=["outcome", "candidate", "passed", "note"], tablefmt="simple"))
+        elif r["state"] in ("fails", "flaky"):
+            out.append("  no candidate workaround applies to this variant")
+        if r["snippet"]:
+            out += [f"  paste this ({r['fixes'][0]}):", *("    " + line for line in r["snippet"].splitlines())]
+    fixed = sum(1 for r in results if r["fixes"])
+    out += ["", f"doctor: {fixed} of {len(results)} failing variant(s) have a workaround"]
+    if any(r["untried"] or r["state"] == "unmeasured" for r in results):
+        out.append("doctor: some candidates were not tried for lack of budget: raise --budget, or lower --timeout "
+                   "(a hanging run costs its whole timeout)")
+    return "\n".join(out)
+
+
+def doctor_markdown(results: Any) -> Optional[List[str]]:
+    """The doctor section as Markdown; None when `results` is not doctor's shape (a foreign report)."""
+    if not isinstance(results, list) or not all(isinstance(r, dict) and isinstance(r.get("variant"), str)
+                                                 and isinstance(r.get("candidates"), list) for r in results):
+        return None
+    out: List[str] = []
+    for r in results:
+        original = r.get("original") if isinstance(r.get("original"), dict) else {}
+        out += [f"### `{r['variant']}`: {_state_line(r)}", "",
+                f"Originally {original.get('status', '?')}: {short(original.get('message', ''), 300)}", ""]
+        rows = [c for c in r["candidates"] if isinstance(c, dict)]
+        if rows:
+            out += ["| candidate | kind | outcome | passed | note |", "|---|---|---|---|---|"]
+            out += [f"| `{c.get('id')}` | {c.get('kind')} | {'**fix**' if c.get('outcome') == 'fix' else c.get('outcome')}"
+                    f" | {c.get('passes')}/{c.get('runs')} | {md_escape(short(_candidate_note(c), 200))} |"
+                    for c in rows]
+        fixes = [c for c in rows if c.get("outcome") == "fix"]
+        for c in fixes[:1]:
+            out += ["", f"Workaround (`{c.get('id')}`: {c.get('title')}):", "", "```", str(c.get("snippet")), "```"]
+        out.append("")
+    return out

@@ -24,12 +24,12 @@ from .errors import TorchMissing, UsageError
 from .exitcodes import describe, signal_of, signatures
 from .launch import SpawnLauncher
 from .model import DeviceInfo, Status, Variant, Verdict
+from .options import ISOLATIONS
 from .registry import module_file
-from .storage import Journal, SCHEMA, SCHEMA_VERSION, report_json, write_atomic
+from .storage import Journal, SCHEMA, SCHEMA_VERSION, report_json, report_paths, write_atomic
 from . import watchdog
 from .watchdog import ChildEnd, supervise
 
-ISOLATIONS = ("zygote", "spawn")
 GPU_VISIBLE = "gpu-visible"  # the probe that fails when the host has GPUs that torch cannot use
 FACTS_TIMEOUT_S = 120.0
 EVIDENCE_TAIL_CHARS = 4000
@@ -78,8 +78,10 @@ class Runner:
     """One run: a launcher, a journal, the device facts and the verdicts so far."""
 
     def __init__(self, options: RunOptions, on_verdict: Optional[Callable[[Verdict], None]] = None,
-                 on_note: Optional[Callable[[str], None]] = None):
+                 on_note: Optional[Callable[[str], None]] = None,
+                 markdown: Optional[Callable[[Dict[str, Any]], str]] = None):
         self.opts = options
+        self.markdown = markdown  # renders the report's Markdown file: the runner renders nothing itself
         self.on_verdict = on_verdict or (lambda v: None)
         self.on_note = on_note or (lambda s: None)
         faults.parse(options.inject)  # a bad fault spec is a usage error before any child starts
@@ -104,9 +106,7 @@ class Runner:
     # --- files -------------------------------------------------------------------------
 
     def paths(self) -> Dict[str, Path]:
-        base = self.opts.out_dir / f"rocmcheck-{self.run_id}"
-        return {"jsonl": base.with_suffix(".jsonl"), "json": self.opts.json_path or base.with_suffix(".json"),
-                "md": self.opts.md_path or base.with_suffix(".md")}
+        return report_paths(self.opts.out_dir, self.run_id, self.opts.json_path, self.opts.md_path)
 
     def note(self, text: str) -> None:
         self.notes.append(text)
@@ -332,11 +332,10 @@ class Runner:
                 **self.sections}
 
     def write(self, report: Dict[str, Any]) -> None:
-        from .render import markdown_report
-
         paths = self.paths()
         write_atomic(paths["json"], report_json(report))
-        write_atomic(paths["md"], markdown_report(report))
+        if self.markdown is not None:
+            write_atomic(paths["md"], self.markdown(report))
 
 
 # --- verdict assembly ---------------------------------------------------------------------

@@ -7,26 +7,9 @@ from typing import Callable, Dict, Iterable, List, Optional
 from . import registry
 from .errors import UsageError
 from .model import Variant, Verdict, preloads
+from .options import check
 from .runner import RunOptions, Runner
 from .selection import select
-
-DEVICE_HELP = "auto (first GPU, else the CPU), cpu, or cuda:N (ROCm GPUs use the cuda name too)"
-
-
-def check_device(value: str) -> str:
-    if value in ("auto", "cpu"):
-        return value
-    head, _, index = value.partition(":")
-    if head in ("cuda", "hip") and index.isdigit():
-        return f"cuda:{int(index)}"
-    raise UsageError(f"--device must be auto, cpu or cuda:N, not '{value}'")
-
-
-def check_timeout(value: Optional[float]) -> Optional[float]:
-    if value is not None and not value > 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, not '{value}'")
-    return value
-
 
 def gate_variants(specs: Dict[str, registry.ProbeSpec], require: Iterable[str] = ()) -> List[Variant]:
     """The gate set; `require` replaces it with the named probes (their gate variants, or
@@ -46,8 +29,11 @@ def gate_variants(specs: Dict[str, registry.ProbeSpec], require: Iterable[str] =
 
 def run_variants(options: RunOptions, variants: List[Variant],
                  on_verdict: Optional[Callable[[Verdict], None]] = None,
-                 on_note: Optional[Callable[[str], None]] = None) -> Dict:
-    options.device = check_device(options.device)
-    check_timeout(options.timeout)
+                 on_note: Optional[Callable[[str], None]] = None,
+                 markdown: Optional[Callable[[Dict], str]] = None) -> Dict:
+    """Check the options, run `variants`; `markdown` renders the report's Markdown file."""
+    options.device = check("device", options.device, "--device")
+    if options.timeout is not None:
+        check("timeout", options.timeout, "--timeout")
     options.preload = sorted(set(options.preload) | set(preloads(variants)))
-    return Runner(options, on_verdict, on_note).run(variants)
+    return Runner(options, on_verdict, on_note, markdown).run(variants)

@@ -14,7 +14,7 @@ import re
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from .errors import UsageError
 from .jsonsafe import jsonsafe
@@ -22,6 +22,14 @@ from .jsonsafe import jsonsafe
 SCHEMA = "rocmcheck-report"
 SCHEMA_VERSION = "1.0"
 SCHEMA_MAJOR = 1
+
+
+def report_paths(out_dir: Path, run_id: str, json_path: Optional[Path] = None,
+                 md_path: Optional[Path] = None) -> Dict[str, Path]:
+    """Where a run's journal, JSON and Markdown go: `--json`/`--md` where given, else OUT_DIR."""
+    base = Path(out_dir) / f"rocmcheck-{run_id}"
+    return {"jsonl": base.with_suffix(".jsonl"), "json": json_path or base.with_suffix(".json"),
+            "md": md_path or base.with_suffix(".md")}
 
 
 def dumps(data: Any) -> str:
@@ -89,7 +97,8 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-JSON constant {name}")
 
 
-def _parse(text: str, what: str) -> Any:
+def parse_json(text: str, what: str) -> Any:
+    """JSON text (no NaN or Infinity) or a one-line UsageError naming `what`."""
     try:
         return json.loads(text, parse_constant=_reject_constant)
     except RecursionError:
@@ -109,7 +118,8 @@ def check_schema(data: Any, what: str) -> None:
         raise UsageError(f"{what}: schema version {version} is not supported (this rocmcheck reads {SCHEMA_MAJOR}.x)")
 
 
-def _read_text(path: Path) -> str:
+def read_text(path: Path) -> str:
+    """A UTF-8 file's text, or a one-line UsageError (unreadable, empty, not UTF-8)."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -129,7 +139,7 @@ def journal_to_report(lines: List[str], what: str) -> Dict[str, Any]:
         if not line.strip():
             continue
         try:
-            records.append(_parse(line, what))
+            records.append(parse_json(line, what))
         except UsageError:
             if number == len(lines) - 1:
                 break  # the write that was cut off by a crash
@@ -199,10 +209,10 @@ def load_report(path: Path) -> Dict[str, Any]:
     """Load a report (.json) or a journal (.jsonl); one-line UsageError on anything else."""
     path = Path(path)
     what = str(path)
-    text = _read_text(path)
+    text = read_text(path)
     if path.suffix == ".jsonl" or '"record":"header"' in text.split("\n", 1)[0]:
         return journal_to_report(text.splitlines(), what)
-    data = _parse(text, what)
+    data = parse_json(text, what)
     check_schema(data, what)
     if not isinstance(data.get("verdicts"), list):
         raise UsageError(f"{what}: report has no verdict list")

@@ -118,8 +118,9 @@ def test_from_a_saved_run_failing_first_with_evidence_known_issues_matrix_doctor
         assert gone not in md and gone not in twin
     assert "secret-named variable: 1" in md and "`HIP_API_KEY=[REDACTED]`" in md
     assert "ROCR_VISIBLE_DEVICES" in md and "gfx1100" in md and "Radeon RX 7900 XTX" in md
-    # failing verdicts first (crash before hang), then warnings, known issues, the matrix, the doctor
-    order = [md.index(s) for s in ("## CRASH `device-smoke`", "## HANG `attention-model[math]`", "## Warnings",
+    # failing verdicts first, worst first (hang before crash: rocmcheck.model.Status), then warnings,
+    # known issues, the matrix, the doctor
+    order = [md.index(s) for s in ("## HANG `attention-model[math]`", "## CRASH `device-smoke`", "## Warnings",
                                    "## Known issues", "<details><summary>Full matrix (4 variants)", "## Doctor")]
     assert order == sorted(order)
     assert "- signal: SIGABRT" in md and "Memory access fault by GPU node-1" in md

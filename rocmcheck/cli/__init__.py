@@ -1,0 +1,70 @@
+"""The `rocmcheck` command: the parser and `main`. `--help`, `list` and `env --help` never import torch.
+
+Each command is a module of this package with `register(sub)`, which adds its parser and sets
+`func=<handler(args) -> exit code>`; the work is done by the feature modules below
+(`rocmcheck.render`, `diff`, `matrix`, `bugreport`, `doctor`). Exit codes: `rocmcheck.model.ExitCode`.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from typing import List, Optional
+
+from .. import __version__
+from ..errors import TorchMissing, UsageError
+from ..model import ExitCode
+from ..render import short
+
+COMMAND_MODULES = ("listing", "run", "env", "matrix", "diff", "report", "doctor")  # in `--help` order
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="rocmcheck", description="Probes, gate and matrix for PyTorch on ROCm/CUDA GPUs.")
+    parser.add_argument("--version", action="version", version=f"rocmcheck {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"{__name__}.{name}").register(sub)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run one command; the exit code as a plain int (scripts and `sys.exit` see numbers)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args))
+    except UsageError as exc:
+        return _could_not_assess(argv, f"error: {exc}")
+    except TorchMissing as exc:
+        return _could_not_assess(argv, str(exc))
+    except KeyboardInterrupt:
+        print("rocmcheck: interrupted", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+    except Exception as exc:  # an internal error is still one line and exit 2 (ROCMCHECK_DEBUG=1: traceback)
+        if os.environ.get("ROCMCHECK_DEBUG"):
+            raise
+        return _could_not_assess(argv, f"internal error: {type(exc).__name__}: {short(str(exc), 300)}")
+
+
+def _could_not_assess(argv: List[str], message: str) -> int:
+    """Exit 2 with one line on stderr; under `gate --json -` also the UNKNOWN node verdict on
+    stdout (read from argv: the error may be that argv itself does not parse)."""
+    print(f"rocmcheck: {message}", file=sys.stderr)
+    wants_document = argv[:1] == ["gate"] and any(
+        a == "--json=-" or (a == "--json" and argv[i + 1:i + 2] == ["-"]) for i, a in enumerate(argv))
+    if wants_document:
+        from .. import node
+
+        print(json.dumps(node.unknown(message), indent=2), flush=True)
+    return int(ExitCode.USAGE)

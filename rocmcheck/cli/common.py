@@ -1,0 +1,90 @@
+"""What the commands that run probes share: their options, the live lines, the exit code."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, TextIO
+
+from .. import __version__
+from ..errors import UsageError
+from ..model import ExitCode, Variant, Verdict, is_bad
+from ..options import add_to_argparse, layered
+from ..render import verdict_line
+from ..storage import report_paths
+
+
+def add_selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--probe", action="append", default=[], metavar="ID",
+                   help="probe id or glob (repeatable)")
+    p.add_argument("-k", dest="keyword", default="", metavar="EXPR",
+                   help="keyword expression over variant ids, as pytest -k")
+    add_to_argparse(p, "probes_path")
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options of every command that runs probes (run, gate, report, doctor)."""
+    add_selection(p)
+    add_to_argparse(p, "device", "isolation", "timeout", "inject")
+    p.set_defaults(device="auto")
+    p.add_argument("--out-dir", type=Path, default=Path("reports"), metavar="DIR",
+                   help="where the journal, JSON and Markdown go (default: reports/)")
+    p.add_argument("--json", type=Path, default=None, metavar="PATH",
+                   help="also write the JSON report here (gate: '-' writes the node verdict to stdout, "
+                        "everything else to stderr)")
+    add_to_argparse(p, "expect_gpus")
+    p.add_argument("--md", type=Path, default=None, metavar="PATH", help="also write the Markdown matrix here")
+
+
+def run_options(args: argparse.Namespace, profile: str, command: str) -> Any:
+    """The runner's options from the command line (over the environment); bad values fail here,
+    before anything runs."""
+    from ..runner import RunOptions
+
+    opts = RunOptions(device=args.device, timeout=args.timeout, profile=profile, probes_paths=args.probes_path,
+                      inject=layered("inject", args.inject, "--inject") or "", out_dir=args.out_dir,
+                      json_path=None if to_stdout(args) else args.json, md_path=args.md, command=command,
+                      expect_gpus=layered("expect_gpus", args.expect_gpus, "--expect-gpus"))
+    if args.isolation:
+        opts.isolation = args.isolation
+    return opts
+
+
+def to_stdout(args: argparse.Namespace) -> bool:
+    """`gate --json -`: stdout carries exactly one JSON document (the node verdict)."""
+    return getattr(args, "json", None) == Path("-")
+
+
+def live(verdict: Verdict, stream: Optional[TextIO] = None) -> None:
+    print(verdict_line(verdict.to_dict()), file=stream or sys.stdout, flush=True)
+
+
+def note(text: str) -> None:
+    print(f"rocmcheck: {text}", file=sys.stderr, flush=True)
+
+
+def execute(opts: Any, variants: List[Variant], stream: Optional[TextIO] = None) -> Dict[str, Any]:
+    """Run `variants` with a live line each; the report (JSON and Markdown written)."""
+    from ..render import markdown_report
+    from ..session import run_variants
+
+    if not variants:
+        raise UsageError("no probe variant matches the selection")
+    print(f"rocmcheck {__version__}: {len(variants)} variants, isolation {opts.isolation}, "
+          f"device {opts.device}, profile {opts.profile}", file=stream or sys.stdout, flush=True)
+    return run_variants(opts, variants, on_verdict=lambda v: live(v, stream), on_note=note, markdown=markdown_report)
+
+
+def files(report: Dict[str, Any], opts: Any) -> Dict[str, Path]:
+    return report_paths(opts.out_dir, report["run"]["id"], opts.json_path, opts.md_path)
+
+
+def files_line(report: Dict[str, Any], opts: Any) -> str:
+    paths = files(report, opts)
+    return f"wrote {paths['json']} and {paths['md']}"
+
+
+def exit_for(report: Dict[str, Any]) -> int:
+    if report["run"]["partial"]:
+        return ExitCode.INTERRUPTED
+    return ExitCode.FAILED if any(is_bad(v["status"]) for v in report["verdicts"]) else ExitCode.OK

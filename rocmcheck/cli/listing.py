@@ -1,0 +1,44 @@
+"""`rocmcheck list`: probes and variants (or the injectable faults)."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .. import faults, registry
+from ..model import ExitCode, Variant
+from ..options import add_to_argparse
+from ..render import short
+from ..selection import select
+from .common import add_selection
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("list", help="probes and variants, their targets, timeouts and gate membership")
+    add_selection(p)
+    p.add_argument("--faults", action="store_true", help="list the injectable faults instead")
+    add_to_argparse(p, "gate_only")
+    p.set_defaults(func=cmd_list)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from tabulate import tabulate
+
+    specs = registry.load_all(args.probes_path)
+    if args.faults:
+        rows = [[f.name, f.args or "", f.help] for f in faults.catalogue().values()]
+        print(tabulate(rows, headers=["fault", "ARG", "what the probe meets"], tablefmt="simple"))
+        print("\nInject with --inject NAME[:ARG][@PROBE_GLOB][,...] or $" + faults.INJECT_ENV)
+        return ExitCode.OK
+    variants = select(specs, args.probe, args.keyword, gate_only=args.gate_only)
+    rows = [[v.id, "gate" if v.in_gate() else "full", f"{v.spec.timeout:g}s", _needs(v), short(v.spec.targets, 60)]
+            for v in variants]
+    print(tabulate(rows, headers=["variant", "profile", "timeout", "needs", "targets"], tablefmt="simple"))
+    print(f"\n{len(variants)} variants of {len({v.spec.id for v in variants})} probes")
+    return ExitCode.OK
+
+
+def _needs(v: Variant) -> str:
+    req = v.spec.requires
+    parts = [f"{req.gpus} GPUs" if req.gpus > 1 else ("GPU" if req.gpu or req.gpus else "")]
+    parts += [req.backend or "", "/".join(req.platforms)]
+    return " ".join(p for p in parts if p) or "-"

@@ -1,0 +1,75 @@
+"""`rocmcheck run` and `rocmcheck gate`."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Dict
+
+from .. import registry
+from ..model import ExitCode, is_bad, node_status
+from ..options import add_to_argparse
+from ..render import counts_line, failing_line, known_issue_lines, terminal_matrix
+from ..selection import select
+from .common import add_run_options, execute, exit_for, files, files_line, run_options, to_stdout
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("run", help="run probes; live line per verdict, then the matrix")
+    add_run_options(p)
+    add_to_argparse(p, "gate_only")
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("gate", help="the quick critical set: GO (exit 0) or NO-GO (exit 1)")
+    add_run_options(p)
+    p.add_argument("--require", action="append", default=[], metavar="ID",
+                   help="make the gate these probes instead (glob, repeatable): narrows or widens it")
+    p.set_defaults(func=cmd_gate)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    specs = registry.load_all(args.probes_path)
+    variants = select(specs, args.probe, args.keyword, gate_only=args.gate_only)
+    opts = run_options(args, "gate" if args.gate_only else "full", "run")
+    report = execute(opts, variants)
+    print("\n" + terminal_matrix(report))
+    print(files_line(report, opts))
+    return exit_for(report)
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from .. import node
+    from ..session import gate_variants
+
+    specs = registry.load_all(args.probes_path)
+    variants = gate_variants(specs, args.require)
+    if args.probe or args.keyword:
+        chosen = {v.id for v in select(specs, args.probe, args.keyword)}
+        variants = [v for v in variants if v.id in chosen]
+    opts = run_options(args, "gate", "gate")
+    human = sys.stderr if to_stdout(args) else sys.stdout
+    report = execute(opts, variants, human)
+    code = exit_for(report)
+    code = ExitCode.FAILED if code == ExitCode.INTERRUPTED else code
+    print("\n" + gate_screen(report, code), file=human)
+    print(files_line(report, opts), file=human)
+    if to_stdout(args):
+        paths = files(report, opts)
+        print(json.dumps(node.verdict(report, code, {"json": str(paths["json"]), "md": str(paths["md"])}),
+                         indent=2, default=str), flush=True)
+    return code
+
+
+def gate_screen(report: Dict[str, Any], code: int) -> str:
+    """GO or NO-GO, then each failing variant with its evidence and known workaround."""
+    lines = [f"{node_status(code)} — {counts_line(report)}"]
+    for v in report["verdicts"]:
+        if not is_bad(v["status"]):
+            continue
+        lines.append("  " + failing_line(v, 200))
+        ev = v.get("evidence") or {}
+        if ev.get("signal") or ev.get("signatures"):
+            lines.append(f"    evidence: {', '.join(filter(None, [ev.get('signal'), *ev.get('signatures', [])]))}")
+        if ev.get("stack"):
+            lines.append("    stack: " + " | ".join(ev["stack"].strip().splitlines()[-3:]))
+        lines.extend("  " + line for line in known_issue_lines(v))
+    return "\n".join(lines)

@@ -1,0 +1,152 @@
+"""The run options, declared once for both front-ends: the `rocmcheck` command line and the
+pytest plugin (`--rocm-*` options, `rocm_*` ini keys).
+
+`add_to_argparse` and `add_to_pytest` build each front-end's options from `OPTIONS`, as
+pytest-benchmark reuses its option functions; `layered` reads one value ini < environment <
+command line, as pytest-timeout does, and a bad value is a UsageError naming where it came
+from (`--rocm-timeout`, `ini option rocm_isolation`, `$ROCMCHECK_EXPECT_GPUS`).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from . import faults, registry
+from .errors import UsageError
+
+ISOLATIONS = ("zygote", "spawn")
+DEVICE_HELP = "auto (first GPU, else the CPU), cpu, or cuda:N (ROCm GPUs use the cuda name too)"
+
+
+def device(text: str) -> str:
+    """auto, cpu or cuda:N (hip:N is the same device)."""
+    if text in ("auto", "cpu"):
+        return text
+    head, _, index = text.partition(":")
+    if head in ("cuda", "hip") and index.isdigit():
+        return f"cuda:{int(index)}"
+    raise ValueError(f"must be auto, cpu or cuda:N, not '{text}'")
+
+
+def positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"'{text}' is not a number") from None
+    if not value > 0:
+        raise ValueError(f"must be positive, not {text}")
+    return value
+
+
+def whole(text: str) -> int:
+    if not str(text).isdigit():
+        raise ValueError(f"must be a whole number, not '{text}'")
+    return int(text)
+
+
+def isolation(text: str) -> str:
+    if text not in ISOLATIONS:
+        raise ValueError(f"must be one of {', '.join(ISOLATIONS)}, not '{text}'")
+    return text
+
+
+def inject(text: str) -> str:
+    faults.parse(text)  # its own one-line UsageError names the unknown fault
+    return text
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: `--NAME` on the command line, `--rocm-NAME` and `rocm_NAME` under pytest."""
+
+    name: str
+    help: str
+    metavar: Optional[str] = None
+    parse: Optional[Callable[[str], Any]] = None  # text -> value; ValueError when bad
+    requirement: str = ""  # what a good value is, for the error message
+    env: Optional[str] = None  # read below the command line, above the ini file
+    choices: Tuple[str, ...] = ()
+    action: Optional[str] = None  # "store_true" or "append"
+    ini: Optional[str] = None  # the pytest ini type ("string", "paths", "bool"); None: no ini key
+    at_parse: bool = False  # argparse checks it (its message, e.g. "must be positive"); else `check` at the run
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+OPTIONS: Dict[str, Option] = {o.name: o for o in (
+    Option("device", DEVICE_HELP, "DEVICE", device, "auto, cpu or cuda:N", ini="string"),
+    Option("isolation", "zygote: fork from a server that imported torch (POSIX default); spawn: fresh interpreter",
+           "MODE", isolation, " or ".join(ISOLATIONS), choices=ISOLATIONS, ini="string"),
+    Option("timeout", "per-variant timeout in seconds (overrides each probe's own)", "S", positive,
+           "a positive number of seconds", ini="string", at_parse=True),
+    Option("inject", "inject faults, NAME[:ARG][@PROBE_GLOB],... (see: rocmcheck list --faults)", "FAULT[,FAULT]",
+           inject, "a fault list", env=faults.INJECT_ENV),
+    Option("probes_path", f"also load probe modules from DIR (repeatable; also ${registry.PROBES_PATH_ENV})", "DIR",
+           action="append", ini="paths"),
+    Option("gate_only", "only variants in the gate (gate profile)", action="store_true", ini="bool"),
+    Option("expect_gpus", "fail when torch sees fewer than N GPUs", "N", whole, "a whole number",
+           env="ROCMCHECK_EXPECT_GPUS", at_parse=True),
+    Option("baseline", "report (.json) or journal (.jsonl) of an earlier run: only regressions against it fail",
+           "FILE", ini="string"),
+)}
+
+
+def check(name: str, value: Any, where: str) -> Any:
+    """`value` through option `name`'s parser; a bad one is a UsageError naming `where`."""
+    option = OPTIONS[name]
+    try:
+        return option.parse(str(value)) if option.parse else value
+    except ValueError:
+        raise UsageError(f"{where} must be {option.requirement}, not '{value}'") from None
+
+
+def layered(name: str, command_line: Any, flag: str, ini: Any = None, ini_key: str = "") -> Any:
+    """Option `name`: the command line over the environment over the ini file, checked
+    (None when none of them sets it; an empty environment variable does not)."""
+    option = OPTIONS[name]
+    from_env = os.environ.get(option.env, "") if option.env else ""
+    for value, where in ((command_line, flag), (from_env, f"${option.env}"), (ini, f"ini option {ini_key}")):
+        if value not in (None, ""):
+            return check(name, value, where)
+    return None
+
+
+def argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`parse` as an argparse `type`: its ValueError becomes argparse's one-line error."""
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return convert
+
+
+def add_to_argparse(parser: argparse.ArgumentParser, *names: str) -> None:
+    """`--NAME` for each option (the environment and checks other than `at_parse` come in `layered`)."""
+    for name in names:
+        o = OPTIONS[name]
+        help_text = o.help + (f" (also ${o.env})" if o.env else "")
+        if o.action == "store_true":
+            parser.add_argument(o.flag, action="store_true", help=help_text)
+        elif o.action == "append":
+            parser.add_argument(o.flag, action="append", default=[], metavar=o.metavar, help=help_text)
+        elif o.choices:
+            parser.add_argument(o.flag, choices=o.choices, default=None, help=help_text)
+        else:
+            parser.add_argument(o.flag, type=argparse_type(o.parse) if o.at_parse and o.parse else str,
+                                default=None, metavar=o.metavar, help=help_text)
+
+
+def add_to_pytest(group: Any, parser: Any, *names: str) -> None:
+    """`--rocm-NAME` (all in the `rocmcheck` group) and, where the option has one, the ini key `rocm_NAME`."""
+    for name in names:
+        o = OPTIONS[name]
+        kwargs: Dict[str, Any] = {"action": o.action} if o.action else {"metavar": o.metavar}
+        group.addoption(f"--rocm-{o.flag[2:]}", dest=f"rocm_{name}", default=None, help=o.help, **kwargs)
+        if o.ini:
+            default = {"paths": [], "bool": False}.get(o.ini, "")
+            parser.addini(f"rocm_{name}", o.help, type=None if o.ini == "string" else o.ini, default=default)
