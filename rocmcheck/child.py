@@ -150,6 +150,7 @@ def run_probe(task: Dict[str, Any]) -> Dict[str, Any]:
 def run_call(task: Dict[str, Any]) -> Dict[str, Any]:
     """Internal tasks (device facts for the fingerprint): `module:function` returning a dict."""
     module, _, name = task["call"].partition(":")
+    faults.install(faults.parse(task.get("faults", "")), name, facts_only=True)
     data = getattr(importlib.import_module(module), name)(task)
     return {"status": Status.PASS.value, "message": "ok", "data": data}
 

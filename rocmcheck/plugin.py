@@ -172,7 +172,7 @@ def read_settings(config: pytest.Config) -> Settings:
     ini_dir = config.inipath.parent if config.inipath else config.rootpath
     settings = Settings(
         out_dir=here / config.getoption("rocm_matrix"),
-        device=_valid(config, "device", lambda v: check_device(v or "auto"), "auto, cpu or cuda:N"),
+        device=_valid(config, "device", lambda v: check_device(v or "auto"), "auto, all, cpu or cuda:N[,M...]"),
         timeout=_valid(config, "timeout", _timeout, "a positive number of seconds"),
         isolation=_valid(config, "isolation", _isolation, "zygote or spawn"),
         probes_paths=tuple(str(here / p) for p in cli_paths) if cli_paths is not None

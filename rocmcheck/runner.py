@@ -35,6 +35,16 @@ FACTS_TIMEOUT_S = 120.0
 EVIDENCE_TAIL_CHARS = 4000
 
 
+def device_indexes(wanted: str, count: int) -> List[int]:
+    """The GPUs `--device` names: auto = every visible GPU (inside a torchrun rank, LOCAL_RANK's
+    own), all = every visible GPU, cuda:N[,M...] = those."""
+    if wanted == "auto":
+        return [local_rank()] if "LOCAL_RANK" in os.environ else list(range(count))
+    if wanted == "all":
+        return list(range(count))
+    return [int(i) for i in wanted.split(":", 1)[1].split(",")]
+
+
 def local_rank() -> int:
     """Inside a torchrun (or Slurm) rank, `auto` means this rank's own GPU."""
     raw = os.environ.get("LOCAL_RANK", "0")
@@ -91,14 +101,17 @@ class Runner:
         self.verdicts: List[Verdict] = []
         self.isolation = options.isolation
         self.launcher: Any = None
-        self.device = DeviceInfo()
+        self.device = DeviceInfo()  # the first (or only) device under test
+        self.devices: List[DeviceInfo] = [self.device]  # every device under test, one queue each
         self.facts: Dict[str, Any] = {}
-        self.wedged: Optional[str] = None
+        self.wedged: Dict[str, str] = {}  # device -> the variant that left a process that cannot be killed
         self.gpu_problem: Optional[str] = None  # the host has GPUs that this torch cannot use
         self.journal: Optional[Journal] = None
         self.sections: Dict[str, Any] = {}  # extra report sections (doctor's results), written with the report
         self.current: Optional[str] = None  # what runs now, named in the report if interrupted
         self._seq = 0
+        self._lock = threading.Lock()  # per-device queues share the journal, the launcher and the counters
+        self._running: Dict[str, Any] = {}  # device -> (variant id, child) while a child runs there
         self.started_at = time.time()
 
     # --- files -------------------------------------------------------------------------
@@ -137,8 +150,9 @@ class Runner:
         self.note(f"fell back to spawn isolation: {why}")
 
     def _task(self, **fields: Any) -> Dict[str, Any]:
-        self._seq += 1
-        base = self.tmp / f"{self._seq:04d}"
+        with self._lock:
+            self._seq += 1
+            base = self.tmp / f"{self._seq:04d}"
         return {"result_path": f"{base}.result.json", "stack_path": f"{base}.stack",
                 "started_path": f"{base}.started",
                 "probes_paths": [str(p) for p in self.opts.probes_paths], "faults": self.opts.inject, **fields}
@@ -151,8 +165,14 @@ class Runner:
         if (fresh or env) and self.isolation == "zygote":
             launcher = SpawnLauncher(task["probes_paths"], prestart=False,  # env before `import torch`
                                      preload=self.opts.preload)
-        child = launcher.launch(str(task_path), env)
-        return supervise(child, float(task["timeout"]), task["started_path"])
+        with self._lock:  # the zygote's socket and the spawn launcher's standby serve one launch at a time
+            child = launcher.launch(str(task_path), env)
+        device = task.get("device", "")
+        self._running[device] = (task.get("probe") or task.get("call"), child)
+        try:
+            return supervise(child, float(task["timeout"]), task["started_path"])
+        finally:
+            self._running.pop(device, None)
 
     # --- device ------------------------------------------------------------------------
 
@@ -160,7 +180,7 @@ class Runner:
         """Ask a child for device facts, hold them against the host's own GPU inventory, then
         turn `--device` into a DeviceInfo. `auto` falls back to the CPU only on a host without
         GPUs; a GPU host whose torch sees none is a failure, never a CPU self-test."""
-        task = self._task(call="rocmcheck.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S, faults="")
+        task = self._task(call="rocmcheck.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S)  # faults: in_facts only
         end = self._launch(task, {}, fresh=False)
         result = _read_result(task["result_path"])
         self.facts = (result or {}).get("data") or {"error": _end_summary(end)}
@@ -179,18 +199,21 @@ class Runner:
             self.gpu_problem = problem
             self.note(f"NO-GO: {problem}")
             wanted = "cpu"
-        elif wanted == "auto":
-            wanted = f"cuda:{local_rank()}" if count else "cpu"
-            if not count:
-                self.note("no GPU on this host: running on the CPU; GPU-only probes are skipped")
-        if wanted != "cpu":
-            index = int(wanted.split(":")[1])
-            if index >= count:
-                raise UsageError(f"device {wanted} is not present ({count} GPU{'s' if count != 1 else ''} visible)")
-            arch = ((self.facts.get("devices") or [])[index] or {}).get("arch")
-            self.device = DeviceInfo(wanted, backend, count, arch)
+        elif wanted in ("auto", "all") and not count:
+            wanted = "cpu"
+            self.note("no GPU on this host: running on the CPU; GPU-only probes are skipped")
+        if wanted == "cpu":
+            self.devices = [DeviceInfo("cpu", "cpu", count, None)]
         else:
-            self.device = DeviceInfo("cpu", "cpu", count, None)
+            indexes = device_indexes(wanted, count)
+            missing = [i for i in indexes if i >= count]
+            if missing:
+                raise UsageError(f"device cuda:{missing[0]} is not present ({count} GPU{'s' if count != 1 else ''} "
+                                 "visible)")
+            devices = self.facts.get("devices") or []
+            self.devices = [DeviceInfo(f"cuda:{i}", backend, count, ((devices[i] if i < len(devices) else None)
+                                                                    or {}).get("arch")) for i in indexes]
+        self.device = self.devices[0]
 
     def with_gpu_check(self, variants: List[Variant]) -> List[Variant]:
         """Where torch cannot use the host's GPUs, or a GPU count is expected, the check that says so
@@ -205,24 +228,42 @@ class Runner:
     def fingerprint(self) -> Dict[str, Any]:
         dev = self.device
         return {"host": fingerprint.host_facts(), "device_facts": self.facts,
-                "device": {"name": dev.name, "backend": dev.backend, "count": dev.count, "arch": dev.arch}}
+                "device": {"name": dev.name, "backend": dev.backend, "count": dev.count, "arch": dev.arch,
+                           "under_test": [d.name for d in self.devices]}}
+
+    def device_label(self, device: DeviceInfo) -> Dict[str, Any]:
+        """What names a GPU in a verdict: its torch name and index, arch, PCI address, UUID."""
+        if device.kind == "cpu":
+            return {"name": "cpu"}
+        index = int(device.name.split(":")[1])
+        facts = (self.facts.get("devices") or [None] * (index + 1))[index] or {}
+        return {"name": device.name, "index": index, "arch": device.arch, "model": facts.get("name"),
+                "pci_address": facts.get("pci_address"), "uuid": facts.get("uuid")}
 
     # --- one variant -------------------------------------------------------------------
 
     def run_variant(self, variant: Variant, env: Optional[Dict[str, str]] = None,
-                    timeout: Optional[float] = None) -> Verdict:
-        """Run one variant in its child; `env` adds variables set before the child imports torch
-        (a fresh interpreter then), `timeout` replaces the variant's own (doctor's attempts)."""
+                    timeout: Optional[float] = None, device: Optional[DeviceInfo] = None) -> Verdict:
+        """Run one variant in its child on `device` (default: the first under test); `env` adds
+        variables set before the child imports torch (a fresh interpreter then), `timeout`
+        replaces the variant's own (doctor's attempts)."""
+        device = device or self.device
+        verdict = self._run_variant(variant, env, timeout, device)
+        verdict.device = self.device_label(device)
+        return verdict
+
+    def _run_variant(self, variant: Variant, env: Optional[Dict[str, str]], timeout: Optional[float],
+                     device: DeviceInfo) -> Verdict:
         spec = variant.spec
-        reason = spec.requires.unmet(self.device, sys.platform)
+        reason = spec.requires.unmet(device, sys.platform)
         if self.gpu_problem and spec.id != GPU_VISIBLE:
             reason = f"not run: torch cannot use this host's GPU (see {GPU_VISIBLE})"
-        if reason is None and self.wedged and self.device.kind == "gpu":
-            reason = f"skipped: an earlier probe ({self.wedged}) left a process that cannot be killed"
+        if reason is None and self.wedged.get(device.name) and device.kind == "gpu":
+            reason = f"skipped: an earlier probe ({self.wedged[device.name]}) left a process that cannot be killed"
         if reason:
             return Verdict(spec.id, variant.id, Status.SKIP, dict(variant.params), reason)
         timeout = timeout or self.opts.timeout or spec.timeout
-        task = self._task(probe=spec.id, params=variant.params, device=self.device.name,
+        task = self._task(probe=spec.id, params=variant.params, device=device.name,
                           device_requested=self.opts.device, device_facts=self.facts,
                           expect_gpus=self.opts.expect_gpus, profile=self.opts.profile,
                           timeout=timeout, module_file=module_file(spec))
@@ -231,14 +272,16 @@ class Runner:
         end = self._launch(task, variant_env, spec.fresh_interpreter)
         result = _read_result(task["result_path"])
         if result and result.get("gpu_init_failed") and self.isolation == "zygote":
-            self.fall_back_to_spawn(result.get("message", "GPU init failed in a forked child"))
-            return self.run_variant(variant, env, timeout)
+            with self._lock:
+                if self.isolation == "zygote":  # another queue may have fallen back already
+                    self.fall_back_to_spawn(result.get("message", "GPU init failed in a forked child"))
+            return self._run_variant(variant, env, timeout, device)
         verdict = assemble(variant, end, result, _read_text(task["stack_path"]), timeout)
-        if self.device.kind == "gpu" and verdict.status.is_bad:
+        if device.kind == "gpu" and verdict.status.is_bad:
             verdict.evidence.update(kernellog.evidence(log_since))
         verdict.env = {**self.opts.env, **variant_env}
         if end.unkillable:
-            self.wedged = variant.id
+            self.wedged[device.name] = variant.id
         return verdict
 
     # --- the whole run -----------------------------------------------------------------
@@ -252,15 +295,63 @@ class Runner:
             self.journal.append({"record": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
                                  **self._header()})
 
-    def run_one(self, variant: Variant) -> Verdict:
+    def run_one(self, variant: Variant, device: Optional[DeviceInfo] = None) -> Verdict:
         """Run one variant after `start()`: journal, verdict, known issues, callback."""
-        self._journal({"record": "started", "variant": variant.id})
-        verdict = self.run_variant(variant)
+        device = device or self.device
+        with self._lock:
+            self._journal({"record": "started", "variant": variant.id, "device": device.name})
+        verdict = self.run_variant(variant, device=device)
         known_issues.annotate(verdict, self.fingerprint_cache)
-        self.verdicts.append(verdict)
-        self._journal({"record": "verdict", "verdict": verdict.to_dict()})
-        self.on_verdict(verdict)
+        with self._lock:
+            self.verdicts.append(verdict)
+            self._journal({"record": "verdict", "verdict": verdict.to_dict()})
+            self.on_verdict(verdict)
         return verdict
+
+    def run_queues(self, variants: List[Variant]) -> None:
+        """Run `variants` on every device under test: one queue per device, the queues at once,
+        one probe at a time per device. A hang on one device never holds up another. Probes
+        that are per node (host checks, multi-GPU probes with their own devices) run first, once."""
+        once = [v for v in variants if not v.spec.per_device or len(self.devices) == 1]
+        for variant in once:
+            self.current = variant.id
+            self.run_one(variant)
+            self.current = None
+        spread = [v for v in variants if v.spec.per_device and len(self.devices) > 1]
+        if not spread:
+            return
+        stop = threading.Event()
+        errors: List[BaseException] = []
+
+        def queue(device: DeviceInfo) -> None:
+            try:
+                for variant in spread:
+                    if stop.is_set():
+                        return
+                    self.run_one(variant, device)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+                errors.append(exc)
+                stop.set()
+
+        workers = [threading.Thread(target=queue, args=(d,), name=f"rocmcheck-{d.name}", daemon=True)
+                   for d in self.devices]
+        for worker in workers:
+            worker.start()
+        try:
+            alive = workers
+            while alive:  # joined in slices so Ctrl-C and SIGTERM reach this thread
+                alive[0].join(0.1)
+                alive = [w for w in workers if w.is_alive()]
+        except BaseException:
+            stop.set()
+            self.current = ", ".join(f"{v} on {d}" for d, (v, _) in list(self._running.items())) or None
+            for _, child in list(self._running.values()):
+                child.signal_tree(watchdog.SIGKILL)
+            for worker in workers:
+                worker.join(5.0)
+            raise
+        if errors:
+            raise errors[0]
 
     def close_launcher(self) -> None:
         if self.launcher is not None:
@@ -286,10 +377,7 @@ class Runner:
         interrupted: Optional[str] = None
         try:
             self.start()
-            for variant in self.with_gpu_check(variants):
-                self.current = variant.id
-                self.run_one(variant)
-                self.current = None
+            self.run_queues(self.with_gpu_check(variants))
             if after is not None:
                 after()
         except (KeyboardInterrupt, Interrupted) as exc:

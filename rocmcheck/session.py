@@ -10,16 +10,19 @@ from .model import Variant, Verdict, preloads
 from .runner import RunOptions, Runner
 from .selection import select
 
-DEVICE_HELP = "auto (first GPU, else the CPU), cpu, or cuda:N (ROCm GPUs use the cuda name too)"
+DEVICE_HELP = ("auto (every visible GPU; inside a torchrun rank its LOCAL_RANK GPU; the CPU only on a host "
+               "without GPU), all, cpu, or cuda:N[,M...] (ROCm GPUs use the cuda name too)")
 
 
 def check_device(value: str) -> str:
-    if value in ("auto", "cpu"):
+    """auto, all, cpu, or cuda:N[,M...] (hip:N is accepted: ROCm builds use the cuda name)."""
+    if value in ("auto", "all", "cpu"):
         return value
-    head, _, index = value.partition(":")
-    if head in ("cuda", "hip") and index.isdigit():
-        return f"cuda:{int(index)}"
-    raise UsageError(f"--device must be auto, cpu or cuda:N, not '{value}'")
+    head, _, indexes = value.partition(":")
+    numbers = indexes.split(",")
+    if head in ("cuda", "hip") and all(n.isdigit() for n in numbers):
+        return "cuda:" + ",".join(str(n) for n in dict.fromkeys(int(n) for n in numbers))
+    raise UsageError(f"--device must be auto, all, cpu or cuda:N[,M...], not '{value}'")
 
 
 def check_timeout(value: Optional[float]) -> Optional[float]:
