@@ -22,14 +22,18 @@ from typing import Any, Callable, Dict, List, Optional
 from . import __version__, faults, fingerprint, known_issues
 from .errors import UsageError
 from .exitcodes import describe, signal_of, signatures
-from .launch import SpawnLauncher
+from .launch import IsolationServerDied, SpawnLauncher
 from .model import DeviceInfo, Status, Variant, Verdict
 from .registry import module_file
+from .safetext import clean, clean_tree
 from .storage import Journal, SCHEMA, SCHEMA_VERSION, report_json, write_atomic
-from .watchdog import ChildEnd, supervise
+from .watchdog import TEARDOWN_WAIT_S, ChildEnd, supervise
 
 ISOLATIONS = ("zygote", "spawn")
 FACTS_TIMEOUT_S = 120.0
+CANARY_TIMEOUT_S = 20.0  # runtime init and one tiny kernel; a device that needs longer is not usable
+CANARY_CALL = "rocmcheck.child:device_canary"
+CANARY_PROBE = "device-canary"  # the name faults are injected under: --inject hang@device-canary
 EVIDENCE_TAIL_CHARS = 4000
 
 
@@ -52,6 +56,7 @@ class RunOptions:
     md_path: Optional[Path] = None
     write_files: bool = True
     command: str = "run"
+    teardown_wait: float = TEARDOWN_WAIT_S  # how long a SIGKILLed child may take to go before it is unkillable
 
 
 class Interrupted(BaseException):
@@ -96,6 +101,7 @@ class Runner:
                 "md": self.opts.md_path or base.with_suffix(".md")}
 
     def note(self, text: str) -> None:
+        text = clean(text)
         self.notes.append(text)
         self.on_note(text)
 
@@ -114,14 +120,23 @@ class Runner:
             zygote.close()
             self.isolation = "spawn"
             self.note(f"zygote unusable ({info.get('reason')}); using spawn isolation")
-        self.launcher = SpawnLauncher(paths, preload=self.opts.preload)
+        self.launcher = self._spawn_launcher()
+
+    def _spawn_launcher(self, **kwargs: Any) -> SpawnLauncher:
+        return SpawnLauncher([str(p) for p in self.opts.probes_paths], preload=self.opts.preload, on_note=self.note,
+                             **kwargs)
 
     def fall_back_to_spawn(self, why: str) -> None:
-        """A forked child could not initialise the GPU: fresh interpreters from now on."""
+        """A forked child could not initialise the GPU, or the zygote died: fresh interpreters from now on."""
         self.launcher.close()
         self.isolation = "spawn"
-        self.launcher = SpawnLauncher([str(p) for p in self.opts.probes_paths], preload=self.opts.preload)
+        self.launcher = self._spawn_launcher()
         self.note(f"fell back to spawn isolation: {why}")
+
+    def _check_server(self, when: str) -> None:
+        """The zygote died (the OOM killer picks by size, and it holds torch): say so, go on with spawn."""
+        if self.isolation == "zygote" and self.launcher.dead:
+            self.fall_back_to_spawn(f"the isolation server died {when} ({self.launcher.death()})")
 
     def _task(self, **fields: Any) -> Dict[str, Any]:
         self._seq += 1
@@ -134,12 +149,19 @@ class Runner:
         task_path = Path(task["result_path"]).with_suffix(".task")
         task_path.write_text(json.dumps(task), encoding="utf-8")
         env = {**self.opts.env, **env}
+        what = task.get("probe") or task["call"]
+        self._check_server(f"before {what}")
         launcher = self.launcher
         if (fresh or env) and self.isolation == "zygote":
-            launcher = SpawnLauncher(task["probes_paths"], prestart=False,  # env before `import torch`
-                                     preload=self.opts.preload)
-        child = launcher.launch(str(task_path), env)
-        return supervise(child, float(task["timeout"]), task["started_path"])
+            launcher = self._spawn_launcher(prestart=False)  # env before `import torch`
+        try:
+            child = launcher.launch(str(task_path), env)
+        except IsolationServerDied:
+            self._check_server(f"as {what} was starting")
+            child = self.launcher.launch(str(task_path), env)
+        end = supervise(child, float(task["timeout"]), task["started_path"], teardown_wait=self.opts.teardown_wait)
+        self._check_server(f"while {what} ran")
+        return end
 
     # --- device ------------------------------------------------------------------------
 
@@ -148,7 +170,7 @@ class Runner:
         task = self._task(call="rocmcheck.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S, faults="")
         end = self._launch(task, {}, fresh=False)
         result = _read_result(task["result_path"])
-        self.facts = (result or {}).get("data") or {"error": _end_summary(end)}
+        self.facts = clean_tree((result or {}).get("data") or {"error": _end_summary(end)})
         count = int(self.facts.get("device_count") or 0)
         backend = self.facts.get("backend") or "cpu"
         wanted = self.opts.device
@@ -179,7 +201,7 @@ class Runner:
         spec = variant.spec
         reason = spec.requires.unmet(self.device, sys.platform)
         if reason is None and self.wedged and self.device.kind == "gpu":
-            reason = f"skipped: an earlier probe ({self.wedged}) left a process that cannot be killed"
+            reason = f"skipped: device unusable after {self.wedged}"
         if reason:
             return Verdict(spec.id, variant.id, Status.SKIP, dict(variant.params), reason)
         timeout = timeout or self.opts.timeout or spec.timeout
@@ -193,9 +215,28 @@ class Runner:
             return self.run_variant(variant, env, timeout)
         verdict = assemble(variant, end, result, _read_text(task["stack_path"]), timeout)
         verdict.env = {**self.opts.env, **variant_env}
-        if end.unkillable:
-            self.wedged = variant.id
+        if verdict.status is Status.HANG and self.device.kind == "gpu":
+            verdict.evidence["device_canary"] = self.device_canary(variant.id)
         return verdict
+
+    def device_canary(self, after: str) -> Dict[str, Any]:
+        """After a hang on the GPU: does a tiny kernel in a fresh child still run? If not, the
+        remaining GPU probes are skipped ("device unusable after <variant>")."""
+        task = self._task(call=CANARY_CALL, probe=CANARY_PROBE, device=self.device.name, timeout=CANARY_TIMEOUT_S)
+        end = self._launch(task, {}, fresh=False)
+        result = _read_result(task["result_path"])
+        data = (result or {}).get("data") or {}
+        usable = not end.timed_out and bool(data.get("ok"))
+        why = (f"no answer within {CANARY_TIMEOUT_S:g}s" if end.timed_out else
+               data.get("problem") or (result or {}).get("message") or _end_summary(end))
+        outcome = {"usable": usable, "elapsed_s": round(end.elapsed_s, 3), **({} if usable else {"problem": why})}
+        if usable:
+            self.note(f"device canary after the hang of {after}: a kernel ran in {end.elapsed_s:.2f}s; "
+                      f"the remaining GPU probes run")
+        else:
+            self.wedged = after
+            self.note(f"device canary after the hang of {after} failed ({why}); remaining GPU probes skipped")
+        return clean_tree(outcome)
 
     # --- the whole run -----------------------------------------------------------------
 
@@ -305,12 +346,20 @@ def _read_text(path: str) -> str:
         return ""
 
 
+# What assembly reads from a result file, by type: a field of another type (a probe that
+# wrote the file itself) is dropped, not a traceback.
+RESULT_TYPES = {"message": str, "measurements": dict, "exception": dict, "faults_installed": list,
+                "probe_s": (int, float), "data": dict}
+
+
 def _read_result(path: str) -> Optional[Dict[str, Any]]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("status") in {s.value for s in Status} else None
+    if not isinstance(data, dict) or data.get("status") not in {s.value for s in Status}:
+        return None
+    return {k: v for k, v in data.items() if k not in RESULT_TYPES or isinstance(v, RESULT_TYPES[k])}
 
 
 def _end_summary(end: ChildEnd) -> str:
@@ -320,6 +369,8 @@ def _end_summary(end: ChildEnd) -> str:
 def evidence_of(end: ChildEnd, stack: str) -> Dict[str, Any]:
     evidence: Dict[str, Any] = {"exit": describe(end.returncode, os.name == "nt"), "returncode": end.returncode,
                                 "elapsed_s": round(end.elapsed_s, 3)}
+    if end.lost:
+        evidence["exit"] = "unknown: the isolation server that would report it died"
     if signal_of(end.returncode):
         evidence["signal"] = describe(end.returncode)
     if end.output:
@@ -335,7 +386,10 @@ def evidence_of(end: ChildEnd, stack: str) -> Dict[str, Any]:
     if end.kill_steps:
         evidence["kill_steps"] = end.kill_steps
     if end.leftovers_killed:
-        evidence["leftover_processes_killed"] = end.leftovers_killed
+        evidence["leftover_processes_killed"] = len(end.leftovers_killed)
+        evidence["leftover_processes"] = end.leftovers_killed
+    if "SIGKILL" in end.kill_steps:
+        evidence["teardown"] = {"waited_s": round(end.teardown_s, 3), "states_seen": end.teardown_states}
     if end.unkillable:
         evidence["unkillable"] = end.state
     return evidence
@@ -347,8 +401,6 @@ def _no_result(end: ChildEnd) -> tuple:
         return Status.CRASH, "killed by SIGKILL, not by rocmcheck: possibly the kernel's OOM killer"
     if sig:
         return Status.CRASH, f"crashed: {describe(end.returncode)}"
-    if end.returncode is None:
-        return Status.ERROR, "lost track of the child (isolation server died)"
     if end.returncode != 0:
         return Status.CRASH, f"exited with {describe(end.returncode, os.name == 'nt')} without a result"
     return Status.ERROR, "exited without a result (exit 0): no verdict was reported"
@@ -367,14 +419,16 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
                       f"killed ({', '.join(end.kill_steps)})"
         if end.unkillable:
             message = f"no verdict within {timeout:g}s and the child could not be killed " \
-                      f"(state {end.state.get('status', '?')}); remaining GPU probes skipped"
+                      f"(state {end.state.get('status', '?')} {end.teardown_s:.0f}s after SIGKILL)"
+    elif result is None and end.lost:
+        status, message = Status.CRASH, "the isolation server died, and the child ended without a result"
     elif result is None:
         status, message = _no_result(end)
     else:
         status, message = Status(result["status"]), result.get("message", "")
         measurements = result.get("measurements") or {}
         if result.get("exception") and status in (Status.FAIL, Status.ERROR):
-            evidence["traceback"] = result["exception"].get("traceback", "")[-EVIDENCE_TAIL_CHARS:]
+            evidence["traceback"] = str(result["exception"].get("traceback", ""))[-EVIDENCE_TAIL_CHARS:]
             found = signatures(message + "\n" + evidence["traceback"])
             if found:
                 evidence["signatures"] = sorted(set(evidence.get("signatures", [])) | set(found))
@@ -382,5 +436,5 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
             evidence["faults_injected"] = result["faults_installed"]
         if "probe_s" in result:
             measurements.setdefault("probe_s", round(result["probe_s"], 4))
-    return Verdict(variant.spec.id, variant.id, status, dict(variant.params), message,
-                   round(end.elapsed_s, 4), measurements, evidence)
+    return Verdict(variant.spec.id, variant.id, status, dict(variant.params), clean(message),
+                   round(end.elapsed_s, 4), clean_tree(measurements), clean_tree(evidence))
