@@ -276,3 +276,64 @@ def test_a_wedged_device_skips_the_remaining_gpu_probes(tmp_path, isolation, fak
     assert any("device canary after the hang of fake-ignore-term failed" in n for n in report["run"]["notes"])
     complete_report(tmp_path)
     assert survivors(piddir) == []
+
+
+# --- 3. text, at one boundary ------------------------------------------------------------------
+
+from hypothesis import Phase, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+HOSTILE = st.text(st.characters(codec=None, exclude_categories=()), max_size=40) | st.sampled_from(
+    ["\x1b[2J\x1b[31mred", "\x1b]0;title\x07", "\x00nul", "\ud800lone", "\x9b31m", "a\rb", "\ufffe\uffff"])
+
+
+def assert_safe(text: str, where: str) -> None:
+    import re
+
+    text.encode("utf-8")  # no lone surrogate
+    bad = re.findall(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]", text)
+    assert not bad, (where, bad[:5])
+
+
+@given(st.text(st.characters(codec=None, exclude_categories=())) | st.binary())
+def test_clean_text_is_safe_and_stable(value):
+    from rocmcheck.safetext import clean
+
+    once = clean(value)
+    assert_safe(once.replace("\r", ""), "clean")
+    assert "\r" not in once and clean(once) == once
+
+
+@settings(max_examples=3, phases=[Phase.explicit, Phase.reuse, Phase.generate])  # each example is a pytest run
+@given(st.lists(st.tuples(HOSTILE, st.binary(max_size=40)), min_size=4, max_size=4))
+def test_hostile_text_reaches_every_output_safe(tmp_path_factory, payloads):
+    """A probe's message, output, traceback and measurements, through the pytest plugin:
+    the JSON, Markdown, journal, terminal and junit XML all parse and hold nothing raw."""
+    import xml.etree.ElementTree as ET
+
+    from rocmcheck.render import verdict_line
+
+    tmp = tmp_path_factory.mktemp("text")
+    for kind, (text, raw) in zip(("fail", "warn", "error", "pass"), payloads):
+        (tmp / f"{kind}.json").write_text(json.dumps({"text": text, "raw": raw.hex()}))
+    (tmp / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rocm-matrix={tmp / 'out'}",
+           "--rocm-device=cpu", f"--rocm-probes-path={FAKE}", "-k", "fake-x-text or test_nothing",
+           f"--junitxml={tmp / 'junit.xml'}", str(tmp / "test_nothing.py")]
+    proc = subprocess.run(cmd, capture_output=True, timeout=300, cwd=tmp,
+                          env={**os.environ, "ROCMCHECK_TEST_TEXT": str(tmp)})
+    assert proc.returncode == 1, proc.stdout.decode(errors="replace")[-3000:]
+    assert_safe(proc.stdout.decode("utf-8").replace("\r", ""), "terminal")
+    report = complete_report(tmp / "out")
+    assert sorted(v["status"] for v in report["verdicts"]) == ["error", "fail", "pass", "warn"]
+    for path in (tmp / "out").iterdir():
+        text = path.read_bytes().decode("utf-8")
+        if path.suffix in (".json", ".jsonl"):  # what the escapes decode to, too
+            docs = text.splitlines() if path.suffix == ".jsonl" else [text]
+            text = "\n".join(json.dumps(json.loads(doc), ensure_ascii=False) for doc in docs if doc.strip())
+        assert_safe(text, path.name)
+    for v in report["verdicts"]:
+        assert_safe(verdict_line(v), "verdict line")
+    junit = (tmp / "junit.xml").read_bytes()
+    ET.fromstring(junit)
+    assert_safe(junit.decode("utf-8").replace("\r", ""), "junit")
