@@ -1,12 +1,18 @@
 # The two commands of the README's quick start:
 #   make gate   set up a virtual environment and run `rocmcheck gate` on the default device
 #   make test   set up the same environment with the test tools and run the test suite
-# Already have PyTorch for your GPU (a ROCm or CUDA build)? Reuse it:
-#   make gate VENV_FLAGS=--system-site-packages
+# torch: one already importable in the environment is reused; otherwise the build that fits the
+# host is installed (AMD GPU: PyTorch's ROCm wheels; NVIDIA GPU: the default CUDA wheels; no GPU:
+# $(TORCH_NO_GPU)), and the choice is printed with its reason. Overrides always win:
+#   make gate TORCH='torch==2.9.1'                          a version for any host
+#   make gate TORCH_INDEX=https://download.pytorch.org/whl/rocm6.4   another wheel index
+#   make gate VENV_FLAGS=--system-site-packages             reuse the PyTorch you already have
 PYTHON ?= python3
 VENV ?= .venv
 VENV_FLAGS ?=
-TORCH ?= torch==2.13.0
+TORCH ?=
+TORCH_INDEX ?=
+TORCH_NO_GPU ?= torch==2.13.0
 PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 
@@ -15,7 +21,13 @@ BIN := $(VENV)/bin
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH)"
+	@if $(BIN)/python -c "import torch" 2>/dev/null; then \
+		echo "rocmcheck: reusing torch $$($(BIN)/python -c 'import torch; print(torch.__version__)'), already importable here"; \
+	else \
+		args=$$($(BIN)/python -m rocmcheck.hostgpu --no-gpu-requirement "$(TORCH_NO_GPU)" \
+			$(if $(TORCH),--requirement "$(TORCH)") $(if $(TORCH_INDEX),--index "$(TORCH_INDEX)")) && \
+		echo "$(BIN)/python -m pip install -q $$args" && $(BIN)/python -m pip install -q $$args; \
+	fi
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $@
 

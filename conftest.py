@@ -66,3 +66,55 @@ def rocm_run():
 def isolation(request):
     """Both isolation modes, for the reliability cases."""
     return request.param
+
+
+def make_host(root: Path, amd: int = 0, nvidia: int = 0, driver: Optional[str] = None, dev_nodes: bool = True,
+              node_mode: int = 0o666, link: tuple = ("16.0 GT/s PCIe", 16, "16.0 GT/s PCIe", 16)) -> Path:
+    """A fixture tree standing in for `/` of a GPU host (point ROCMCHECK_HOST_ROOT at it): PCI
+    functions with their link, the KFD topology, /dev/kfd and render nodes, /proc/driver/nvidia."""
+    import os
+
+    def write(rel: str, text: str) -> Path:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    write("sys/class/kfd/kfd/topology/nodes/0/properties", "cpu_cores_count 16\ngfx_target_version 0\n")
+    functions = [("amd", "0x1002", "0x744c", "0x030000", "amdgpu")] * amd
+    functions += [("nvidia", "0x10de", "0x2330", "0x030200", "nvidia")] * nvidia
+    for i, (vendor, vendor_id, device_id, pci_class, default_driver) in enumerate(functions):
+        dev = f"sys/bus/pci/devices/0000:{3 + i:02x}:00.0"
+        for name, value in (("vendor", vendor_id), ("device", device_id), ("class", pci_class),
+                            ("current_link_speed", link[0]), ("current_link_width", str(link[1])),
+                            ("max_link_speed", link[2]), ("max_link_width", str(link[3]))):
+            write(f"{dev}/{name}", value + "\n")
+        bound = driver or default_driver
+        (root / "sys/bus/pci/drivers" / bound).mkdir(parents=True, exist_ok=True)
+        os.symlink(root / "sys/bus/pci/drivers" / bound, root / dev / "driver")
+        if vendor == "amd":
+            write(f"sys/class/kfd/kfd/topology/nodes/{i + 1}/properties", "simd_count 192\ngfx_target_version 110000\n")
+            if dev_nodes:
+                os.chmod(write(f"dev/dri/renderD{128 + i}", ""), node_mode)
+        else:
+            write(f"proc/driver/nvidia/gpus/0000:{3 + i:02x}:00.0/information", "Model: NVIDIA H100 80GB HBM3\n")
+            if dev_nodes:
+                os.chmod(write(f"dev/nvidia{i}", ""), node_mode)
+    if amd and dev_nodes:
+        os.chmod(write("dev/kfd", ""), node_mode)
+    if nvidia:
+        write("proc/driver/nvidia/version",
+              "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
+              "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    (root / "dev").mkdir(exist_ok=True)
+    return root
+
+
+@pytest.fixture
+def fake_host(tmp_path, monkeypatch):
+    """`fake_host(amd=1, ...)` builds a host tree and points ROCMCHECK_HOST_ROOT (parent and children) at it."""
+    def build(**kwargs):
+        root = make_host(tmp_path / "host", **kwargs)
+        monkeypatch.setenv("ROCMCHECK_HOST_ROOT", str(root))
+        return root
+    return build

@@ -2,7 +2,7 @@
 trivial probes as a whole process against `python -c "import torch"`.
 
 Run: python -m pytest benchmarks/bench_isolation.py --benchmark-columns=min,median,max,rounds
-Bars (design.md): zygote <= 50 ms median per probe and >= 20x cheaper than spawn.
+Bars (docs/design.md, "Performance bars"): zygote <= 50 ms median per probe and >= 20x cheaper than spawn.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Whole-process timings for the design's bars (design.md, "Performance bars").
+"""Whole-process timings for the design's bars (docs/design.md, "Performance bars").
 
 Run: python -m pytest benchmarks/bench_plugin_gate.py --benchmark-columns=min,median,max
 (not collected by the default `pytest`, whose testpaths are tests/).

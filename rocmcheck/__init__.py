@@ -7,14 +7,15 @@ Importing rocmcheck never imports torch. Public API:
     ProbeContext  what a probe receives
     ProbeFailure  raise from a probe when the result is wrong
     Skip          raise from a probe when it does not apply
-    gate          run the gate from Python; raises GateFailed on NO-GO
+    gate          run the gate from Python; raises GateFailed on NO-GO, TorchMissing
+                  where torch cannot be imported
 """
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
 from .context import ProbeContext
-from .errors import GateFailed, ProbeFailure, RocmcheckError, Skip, UsageError
+from .errors import GateFailed, ProbeFailure, RocmcheckError, Skip, TorchMissing, UsageError
 from .faults import fault
 from .registry import probe
 
@@ -26,5 +27,5 @@ def gate(*args, **kwargs):
     return _gate(*args, **kwargs)
 
 
-__all__ = ["GateFailed", "ProbeContext", "ProbeFailure", "RocmcheckError", "Skip", "UsageError", "__version__",
-           "fault", "gate", "probe"]
+__all__ = ["GateFailed", "ProbeContext", "ProbeFailure", "RocmcheckError", "Skip", "TorchMissing", "UsageError",
+           "__version__", "fault", "gate", "probe"]

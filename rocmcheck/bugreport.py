@@ -64,6 +64,9 @@ NAMES_LISTED = 50  # variant names in one sentence before "and N more"
 # --- building -----------------------------------------------------------------------------
 
 
+DRIVER_FACTS = ("nvidia_driver", "amdgpu_driver", "hip_runtime", "miopen_runtime", "cudnn", "nccl", "hipblaslt")
+
+
 def valid_verdicts(report: Mapping[str, Any]) -> List[Dict[str, Any]]:
     """The verdicts a report can be built from (the loader already dropped fields of a foreign
     type); a record without a probe variant and status is left out (and counted)."""
@@ -255,8 +258,7 @@ def _fingerprint_table(report: Dict[str, Any]) -> str:
         ("GPUs", gpus or f"none visible ({dev.get('torch_error') or 'CPU run'})"),
         ("device under test", (report.get("run") or {}).get("device")),
         ("wheel arch list", " ".join(map(str, _list(dev.get("arch_list")))) or None),
-        ("driver / runtime", ", ".join(f"{k} {dev[k]}" for k in ("nvidia_driver", "hip_runtime", "miopen_runtime")
-                                       if dev.get(k)) or None),
+        ("driver / runtime", ", ".join(f"{k} {dev[k]}" for k in DRIVER_FACTS if dev.get(k)) or None),
         ("OS", dev.get("os_collect_env") or host.get("os")),
         ("kernel", f"{host.get('kernel')}{' (WSL)' if host.get('wsl') else ''}" if host.get("kernel") else None),
         ("Python", host.get("python")),

@@ -108,13 +108,19 @@ def run_probe(task: Dict[str, Any]) -> Dict[str, Any]:
     if spec is None:
         return {"status": Status.ERROR.value, "message": f"probe '{task['probe']}' not found in the child"}
     installed = faults.install(faults.parse(task.get("faults", "")), spec.id)
+    init_start = time.perf_counter()
     try:
         runtime_init(task["device"])
     except Exception as exc:
         return {"status": Status.ERROR.value, "message": f"GPU runtime init failed: {_first_line(exc)}",
                 "gpu_init_failed": True, "exception": _error_fields(exc)}
-    ctx = ProbeContext(device=task["device"], profile=task.get("profile", "full"),
-                      params=dict(task.get("params", {})), timeout=float(task.get("timeout", 60)))
+    runtime_init_s = time.perf_counter() - init_start
+    Path(task["started_path"]).touch()  # the probe's timeout runs from here, runtime init left out
+    ctx = ProbeContext(device=task["device"], requested_device=task.get("device_requested", "auto"),
+                       profile=task.get("profile", "full"),
+                       params=dict(task.get("params", {})), timeout=float(task.get("timeout", 60)),
+                       device_facts=dict(task.get("device_facts") or {}), started_path=task["started_path"])
+    ctx.measure(runtime_init_s=round(runtime_init_s, 4))
     result: Dict[str, Any] = {"faults_installed": installed}
     start = time.perf_counter()
     try:
@@ -179,7 +185,8 @@ def execute(task: Dict[str, Any]) -> None:
     """Everything a child does once it has its task; never returns normally."""
     os.environ.update(task.get("env", {}))
     arm_stack_dumps(task["stack_path"], float(task.get("timeout", 60)))
-    Path(task["started_path"]).touch()  # the watchdog's timeout runs from here
+    if task.get("call"):
+        Path(task["started_path"]).touch()  # internal tasks: the timeout runs from here (probes: after init)
     try:
         result = run_call(task) if task.get("call") else run_probe(task)
     except BaseException as exc:  # noqa: BLE001 - harness failure inside the child: still a result

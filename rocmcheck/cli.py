@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from . import __version__, faults, registry
-from .errors import UsageError
+from .errors import TorchMissing, UsageError
 from .model import Variant, Verdict
 from .render import counts_line, known_issue_lines, short, terminal_matrix, verdict_line
 from .selection import select
@@ -210,7 +210,7 @@ def cmd_env(args: argparse.Namespace) -> int:
     from .runner import RunOptions
     from .session import run_variants
 
-    report = run_variants(RunOptions(device=args.device, write_files=False, command="env"), [])
+    report = run_variants(RunOptions(device=args.device, write_files=False, command="env", needs_torch=False), [])
     fp = report["fingerprint"]
     if args.json:
         print(json.dumps(fp, indent=2, default=str))
@@ -226,7 +226,9 @@ def _env_text(fp: Dict[str, Any]) -> str:
     d, h = fp.get("device_facts") or {}, fp.get("host") or {}
     rows = [["torch", d.get("torch")], ["HIP", d.get("hip")], ["ROCm", d.get("rocm")], ["CUDA", d.get("cuda")],
             ["wheel arch list", " ".join(d.get("arch_list") or []) or None],
-            ["driver", d.get("nvidia_driver") or d.get("hip_runtime")], ["OS", h.get("os")],
+            ["driver", d.get("nvidia_driver") or d.get("amdgpu_driver")], ["HIP runtime", d.get("hip_runtime")],
+            ["cuDNN / MIOpen", d.get("cudnn")], ["NCCL / RCCL", d.get("nccl")], ["hipBLASLt", d.get("hipblaslt")],
+            ["OS", h.get("os")],
             ["kernel", h.get("kernel")], ["WSL", h.get("wsl")], ["Python", h.get("python")],
             ["GPU kernel options", " ".join(h.get("kernel_cmdline") or []) or None]]
     rows += [[f"GPU {g.get('index')}", f"{g.get('name')} ({g.get('arch')}, {g.get('memory_bytes', 0) / 2**30:.1f} GiB)"]
@@ -249,6 +251,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return handler(args)
     except UsageError as exc:
         print(f"rocmcheck: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except TorchMissing as exc:
+        print(f"rocmcheck: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("rocmcheck: interrupted", file=sys.stderr)

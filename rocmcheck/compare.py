@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional
 FLOAT_FORMATS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52)}
 
 # Error bound relative to the problem's scale (|A|.|B| for a product), per result dtype.
-# fp32/fp16/bf16 values are the failure catalogue's (§9); "tf32" is fp32 with TF32 math.
+# fp32/fp16/bf16 values: docs/failure-catalogue.md §9; "tf32" is fp32 with TF32 math.
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 2e-3, "float16": 1e-2, "bfloat16": 2e-2}
 
 # Weights 1..65521 (a prime) on 16-bit pieces, summed per chunk of 2**24 pieces in int64
@@ -290,26 +290,19 @@ class Pattern:
     subnormal, inf or NaN); integers are odd (never zero). `values(seed)` XORs a seed-specific
     non-zero mantissa mask into one hashed base, so two different seeds below 2**7 differ at
     every index: data left over from an earlier repeat cannot pass for the current one.
+    Everything is computed `CHUNK` elements at a time from the index alone, so a pattern of
+    GiBs is written in place (`fill`) and checked (`check`) with bounded temporaries, and any
+    slice can be rebuilt without the rest.
     """
+
+    CHUNK = 1 << 22
 
     def __init__(self, n: int, dtype: str):
         import numpy as np
 
-        store, exp_bits, man_bits, exp_lo, exp_span = _PATTERN_FORMATS[dtype]
-        self.dtype, self.store, self.man_bits = dtype, store, man_bits
-        width = np.dtype(store).itemsize * 8
-        h = np.arange(n, dtype=np.uint32)
-        h *= np.uint32(0x9E3779B1)
-        h ^= h >> np.uint32(16)
-        h *= np.uint32(0x85EBCA6B)
-        h ^= h >> np.uint32(13)
-        if not exp_bits:  # integers: odd, so never zero
-            base = h | np.uint32(1)
-        else:
-            sign = (h >> np.uint32(31)) << np.uint32(width - 1)
-            exponent = (exp_lo + (h >> np.uint32(man_bits)) % np.uint32(exp_span)) << np.uint32(man_bits)
-            base = sign | exponent | (h & np.uint32((1 << man_bits) - 1))
-        self.base = base.astype(f"u{width // 8}")
+        store, self.exp_bits, self.man_bits, self.exp_lo, self.exp_span = _PATTERN_FORMATS[dtype]
+        self.n, self.dtype, self.store = n, dtype, store
+        self.width = np.dtype(store).itemsize * 8
 
     @staticmethod
     def itemsize(dtype: str) -> int:
@@ -322,22 +315,61 @@ class Pattern:
         low = (seed * 37) % 128
         return low << 1 if self.man_bits == 31 else low << (self.man_bits - 7)
 
-    def values(self, seed: int) -> Any:
-        """A new contiguous array of the pattern for `seed` (stored as `self.store`)."""
+    def _bits(self, seed: int, start: int, stop: int) -> Any:
+        """Unsigned bit patterns of elements start..stop for `seed`."""
         import numpy as np
 
-        return (self.base ^ self.base.dtype.type(self.mask(seed))).view(np.dtype(self.store))
+        h = np.arange(start, stop, dtype=np.uint32)
+        h *= np.uint32(0x9E3779B1)
+        h ^= h >> np.uint32(16)
+        h *= np.uint32(0x85EBCA6B)
+        h ^= h >> np.uint32(13)
+        if not self.exp_bits:  # integers: odd, so never zero
+            base = h | np.uint32(1)
+        else:
+            base = (h >> np.uint32(31)) << np.uint32(self.width - 1)
+            base |= (self.exp_lo + (h >> np.uint32(self.man_bits)) % np.uint32(self.exp_span)) << np.uint32(self.man_bits)
+            base |= h & np.uint32((1 << self.man_bits) - 1)
+        base ^= np.uint32(self.mask(seed))
+        return base.astype(f"u{self.width // 8}", copy=False)
+
+    def values(self, seed: int, start: int = 0, stop: Optional[int] = None) -> Any:
+        """A new contiguous array of elements start..stop of the pattern for `seed` (as `self.store`)."""
+        import numpy as np
+
+        return self._bits(seed, start, self.n if stop is None else stop).view(np.dtype(self.store))
+
+    def fill(self, out: Any, seed: int) -> Any:
+        """Write the pattern for `seed` into the 1-D array `out` (any stride), chunk by chunk."""
+        for start in range(0, self.n, self.CHUNK):
+            stop = min(start + self.CHUNK, self.n)
+            bits(out[start:stop])[...] = self._bits(seed, start, stop)
+        return out
+
+    def check(self, got: Any, seed: int) -> BitCheck:
+        """`bitwise(got, values(seed))` for a 1-D array `got`, one chunk of the reference at a time."""
+        total, mismatches, zeros, nans, first = 0, 0, 0, 0, -1
+        for start in range(0, self.n, self.CHUNK):
+            stop = min(start + self.CHUNK, self.n)
+            part = bitwise(got[start:stop], self._bits(seed, start, stop), fmt=self.dtype)
+            total, mismatches, zeros, nans = total + part.total, mismatches + part.mismatches, \
+                zeros + part.zeros, nans + part.nans
+            if first < 0 and part.first_bad >= 0:
+                first = start + part.first_bad
+        return BitCheck(total, mismatches, zeros, nans, first)
 
 
 # --- torch <-> numpy without torch's own casts -------------------------------------------------
 
 
 def tensor_bits(t: Any) -> Any:
-    """A host numpy array of a tensor's bit patterns (uint, same shape), read back with `.cpu()`."""
+    """A host numpy array of a tensor's bit patterns (uint, same shape), read back with `.cpu()`
+    from a device (a host tensor is read in place: its read-back already happened)."""
     import torch
 
     int_type = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
-    return bits(t.detach().view(int_type).cpu().numpy())
+    t = t.detach().view(int_type)
+    return bits((t if t.device.type == "cpu" else t.cpu()).numpy())
 
 
 def to_numpy(t: Any) -> Any:

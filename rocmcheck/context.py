@@ -1,10 +1,40 @@
 """`ProbeContext`: what a probe function receives as its first argument."""
 from __future__ import annotations
 
+import contextlib
+import os
+import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, NoReturn
+from typing import Any, Dict, Iterator, List, NoReturn, Optional
 
 from .errors import Skip
+
+FIRST_USE_SUFFIX = ".first-use"  # beside the watchdog's start marker while a probe is in `first_use()`
+TF32_OVERRIDE_ENV = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
+
+
+def pin_fp32() -> Dict[str, Any]:
+    """Full-precision fp32 matmuls and convolutions in this process; returns torch's flags read back.
+
+    A TF32 product (relative error ~1e-3) fails fp32 tolerances (1e-5) on a healthy GPU.
+    NVIDIA's PyTorch containers set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1, which older torch
+    lets win over every flag once it has read it, so it is dropped before the first read
+    (https://docs.monai.io/en/stable/precision_accelerating.html). Checks that want TF32
+    (gemm's TF32 report) enable it themselves, for their own product only.
+    """
+    import torch
+
+    os.environ.pop(TF32_OVERRIDE_ENV, None)
+    backends = torch.backends
+    backends.cuda.matmul.allow_tf32 = False
+    backends.cudnn.allow_tf32 = False
+    flags: Dict[str, Any] = {}
+    for name, owner in (("matmul", backends.cuda.matmul), ("cudnn", backends.cudnn)):
+        if hasattr(owner, "fp32_precision"):  # torch >= 2.9
+            owner.fp32_precision = "ieee"
+            flags[f"{name}_fp32_precision"] = owner.fp32_precision
+    flags.update(matmul_allow_tf32=backends.cuda.matmul.allow_tf32, cudnn_allow_tf32=backends.cudnn.allow_tf32)
+    return flags
 
 
 @dataclass
@@ -13,14 +43,21 @@ class ProbeContext:
 
     `device` is "cpu" or "cuda:N" (ROCm builds use the same "cuda" device string).
     `profile` is "gate" (quick, critical) or "full" (every size and repeat).
+    `requested_device` is what `--device` asked for (auto, cpu or cuda:N): "cpu" on a GPU
+    host means the GPU was left out on purpose. `device_facts` are the run's device facts,
+    gathered once by the runner (torch build, arch list, devices, runtime versions).
     """
 
     device: str = "cpu"
+    requested_device: str = "auto"
     profile: str = "full"
     params: Dict[str, Any] = field(default_factory=dict)
     timeout: float = 60.0
     measurements: Dict[str, Any] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
+    device_facts: Dict[str, Any] = field(default_factory=dict)
+    started_path: Optional[str] = None  # the watchdog's start marker (None outside a child)
+    started: float = field(default_factory=time.time)  # wall clock when the task started: deadlines run from here
 
     @property
     def on_gpu(self) -> bool:
@@ -41,6 +78,33 @@ class ProbeContext:
     def measure(self, **values: Any) -> None:
         """Record measurements (kept whatever the verdict, e.g. GB/s, max error)."""
         self.measurements.update(values)
+
+    @contextlib.contextmanager
+    def first_use(self) -> Iterator[None]:
+        """Wrap a first call that compiles or autotunes (a cold MIOpen cache took 63 s for
+        resnet18 on an MI50): its time is measured as `first_use_s` and kept out of the
+        probe's timeout, within the watchdog's separate first-use limit."""
+        began = time.time()
+        if self.started_path:
+            open(self.started_path + FIRST_USE_SUFFIX, "w").close()
+        try:
+            yield
+            self.synchronize()
+        finally:
+            spent = time.time() - began
+            self.measurements["first_use_s"] = round(self.measurements.get("first_use_s", 0.0) + spent, 4)
+            if self.started_path:  # move the start forward by the time spent, then leave first use
+                mark = os.stat(self.started_path).st_mtime + spent
+                os.utime(self.started_path, (mark, mark))
+                os.unlink(self.started_path + FIRST_USE_SUFFIX)
+
+    def strict_fp32(self) -> None:
+        """Pin full-precision fp32 (`pin_fp32`) for this probe; the flags read back are measured,
+        and a TF32 setting that would not turn off is a warning (fp32 tolerances would fail)."""
+        flags = pin_fp32()
+        self.measure(fp32_flags=flags)
+        if flags["matmul_allow_tf32"] or flags["cudnn_allow_tf32"]:
+            self.warn(f"fp32 could not be pinned, TF32 stays on ({flags}): fp32 results may miss their tolerance")
 
     def synchronize(self) -> None:
         """Wait for queued GPU work so asynchronous errors surface inside the probe."""

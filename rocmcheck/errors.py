@@ -2,6 +2,7 @@
 
     RocmcheckError
     ├── UsageError        bad input from the user: one-line message, exit code 2
+    ├── TorchMissing      torch cannot be imported: nothing can be assessed, exit code 2
     └── GateFailed        rocmcheck.gate() found NO-GO
     ProbeFailure (AssertionError)  a probe's result was wrong -> verdict `fail`
     Skip (Exception)               a probe does not apply here -> verdict `skip`
@@ -17,6 +18,11 @@ class RocmcheckError(Exception):
 
 class UsageError(RocmcheckError):
     """Bad input (unknown probe id, bad option value, unreadable path, malformed JSON)."""
+
+
+class TorchMissing(RocmcheckError):
+    """torch is not installed (or does not import) where the probes would run; the message
+    names the command that installs the build for this host's GPU."""
 
 
 class GateFailed(RocmcheckError):

@@ -28,6 +28,13 @@ SIGNATURES = [
     (re.compile(r"CUDA error"), "CUDA runtime error"),
     (re.compile(r"Cannot re-initialize CUDA in forked subprocess"), "GPU runtime used after fork"),
     (re.compile(r"out of memory", re.I), "out of memory"),
+    (re.compile(r"reserved by PyTorch but unallocated"),
+     "out of memory with much memory reserved but unallocated: allocator fragmentation"),
+    (re.compile(r"HIPBLAS(?:LT)?_STATUS_\w+"), "hipBLAS/hipBLASLt error"),
+    (re.compile(r"ROCBLAS_STATUS_\w+|rocblas_status_\w+"), "rocBLAS error"),
+    (re.compile(r"CUBLAS_STATUS_\w+"), "cuBLAS error"),
+    (re.compile(r"CUDNN_STATUS_\w+|cuDNN error"), "cuDNN error"),
+    (re.compile(r"miopenStatus\w+|MIOpen(?: Error|\(HIP\): Error)"), "MIOpen error"),
     (re.compile(r"Page not present or supervisor privilege"), "GPU page fault"),
 ]
 

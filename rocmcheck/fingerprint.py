@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from . import hostgpu
 from .redact import gpu_env_name
 
 RELATED_PACKAGES = ("torch", "numpy", "transformers", "peft", "accelerate", "torchao", "torchtune",
@@ -73,12 +74,7 @@ def kernel_cmdline() -> Optional[List[str]]:
 
 def kfd_gfx_targets() -> List[int]:
     """`gfx_target_version` of each GPU node in the KFD topology (110501 = gfx1151)."""
-    targets = []
-    for props in sorted(Path("/sys/class/kfd/kfd/topology/nodes").glob("*/properties")):
-        match = guarded(lambda: re.search(r"^gfx_target_version (\d+)", props.read_text(), re.M))
-        if match and int(match.group(1)):
-            targets.append(int(match.group(1)))
-    return targets
+    return hostgpu.read_kfd_targets(hostgpu.host_root())
 
 
 def host_facts() -> Dict[str, Any]:
@@ -92,7 +88,7 @@ def host_facts() -> Dict[str, Any]:
         "python": sys.version.split()[0],
         "python_impl": platform.python_implementation(),
         "kernel_cmdline": kernel_cmdline(),
-        "kfd_gfx_targets": guarded(kfd_gfx_targets) or [],
+        "gpus": guarded(lambda: hostgpu.read().to_dict()),  # what the host has, whatever torch sees
         "env": env_vars(),
         "packages": package_versions(),
     }
@@ -103,30 +99,56 @@ def bare_arch(gcn_arch: Optional[str]) -> Optional[str]:
     return gcn_arch.split(":")[0] if gcn_arch else None
 
 
+def pci_address(props: Any) -> Optional[str]:
+    """'0000:03:00.0' from torch's device properties (absent on older torch)."""
+    bus = getattr(props, "pci_bus_id", None)
+    if bus is None:
+        return None
+    return f"{getattr(props, 'pci_domain_id', 0) or 0:04x}:{bus:02x}:{getattr(props, 'pci_device_id', 0) or 0:02x}.0"
+
+
 def _device(torch: Any, index: int) -> Dict[str, Any]:
     props = torch.cuda.get_device_properties(index)
-    gcn = getattr(props, "gcnArchName", None)
-    arch = bare_arch(gcn) if torch.version.hip else f"sm_{props.major}{props.minor}"
+    rocm = bool(torch.version.hip)
+    gcn = getattr(props, "gcnArchName", None) if rocm else None  # on CUDA torch aliases it to the product name
     return {
-        "index": index, "name": props.name, "arch": arch, "gcn_arch_name": gcn,
-        "compute_capability": f"{props.major}.{props.minor}",
+        "index": index, "name": props.name, "arch": bare_arch(gcn) if rocm else f"sm_{props.major}{props.minor}",
+        "gcn_arch_name": gcn, "compute_capability": f"{props.major}.{props.minor}",
         "memory_bytes": int(props.total_memory),
         "multiprocessors": getattr(props, "multi_processor_count", None),
+        "pci_address": guarded(lambda: pci_address(props)),
+        "uuid": guarded(lambda: str(props.uuid) if getattr(props, "uuid", None) else None),
     }
 
 
-def _collect_env_facts(torch: Any) -> Dict[str, Any]:
+def show_config_versions(config: str) -> Dict[str, Optional[str]]:
+    """Runtime library versions from `torch._C._show_config()` (what collect_env reads for HIP and
+    MIOpen), without collect_env's `get_env_info`, which runs pip and conda with no time limit."""
+    found: Dict[str, Optional[str]] = {}
+    for key, label in (("hip_runtime", "HIP Runtime"), ("miopen_runtime", "MIOpen"), ("hipblaslt", "hipBLASLt")):
+        line = next((ln for ln in config.splitlines() if ln.strip().startswith(f"- {label}")), None)
+        found[key] = line.rsplit(None, 1)[-1] if line else None
+    return found
+
+
+def _library_facts(torch: Any) -> Dict[str, Any]:
+    """Driver and library versions: each one bounded in time and guarded."""
     from torch.utils import collect_env
 
+    host = hostgpu.read()
+    nccl = guarded(lambda: torch.cuda.nccl.version())
     facts = {
         "os_collect_env": guarded(lambda: collect_env.get_os(run_cmd)),
         "libc": guarded(collect_env.get_libc_version),
-        "nvidia_driver": guarded(lambda: collect_env.get_nvidia_driver_version(run_cmd)),
+        # /proc/driver/nvidia/version is instant; nvidia-smi (5 s limit) only where it is absent (WSL)
+        "nvidia_driver": host.nvidia_driver or (guarded(lambda: collect_env.get_nvidia_driver_version(run_cmd))
+                                                if torch.version.cuda else None),
+        "amdgpu_driver": host.amdgpu_version,
+        "cudnn": guarded(torch.backends.cudnn.version),  # MIOpen's on ROCm builds
+        "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl,  # RCCL's on ROCm builds
     }
     if torch.version.hip:
-        info = guarded(collect_env.get_env_info)  # HIP/MIOpen runtime versions live only there
-        facts["hip_runtime"] = getattr(info, "hip_runtime_version", None)
-        facts["miopen_runtime"] = getattr(info, "miopen_runtime_version", None)
+        facts.update(guarded(lambda: show_config_versions(torch._C._show_config())) or {})
     return facts
 
 
@@ -152,7 +174,7 @@ def device_facts(task: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     facts["device_count"] = count
     facts["backend"] = "rocm" if hip else ("cuda" if cuda and count else "cpu")
     facts["devices"] = [guarded(lambda i=i: _device(torch, i)) for i in range(count)]
-    facts.update(guarded(lambda: _collect_env_facts(torch)) or {})
+    facts.update(guarded(lambda: _library_facts(torch)) or {})
     return facts
 
 

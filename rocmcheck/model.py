@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 
 class Status(str, enum.Enum):
-    """Exactly one per probe variant (design.md, "Verdicts")."""
+    """Exactly one per probe variant (docs/design.md, "Verdicts")."""
 
     PASS = "pass"
     FAIL = "fail"

@@ -317,7 +317,7 @@ class MatrixPlugin:
         """The session's Runner, started on first use: launcher up, device resolved, journal open."""
         if self.runner is not None:
             return self.runner
-        from .errors import UsageError
+        from .errors import TorchMissing, UsageError
         from .model import preloads
         from .runner import RunOptions, Runner
 
@@ -333,6 +333,9 @@ class MatrixPlugin:
         except UsageError as exc:
             runner.close_launcher()
             raise pytest.UsageError(f"rocmcheck: {exc}") from None
+        except TorchMissing as exc:  # could not assess: exit 2, no verdict per probe
+            runner.close_launcher()
+            pytest.exit(f"rocmcheck: {exc}", returncode=2)
         self.runner = runner
         return runner
 

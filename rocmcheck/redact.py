@@ -2,7 +2,7 @@
 deny-list applied even inside it, and value patterns run over every string of a report
 (captured output, stacks, tracebacks and argv included).
 
-Sources (research/reliability.md §4): vLLM collect_env's prefix allow-list, sentry-python's
+Sources (docs/design.md, "Secret redaction"): vLLM collect_env's prefix allow-list, sentry-python's
 DEFAULT_DENYLIST and detect-secrets' keyword plugin for names, gitleaks rules for values.
 A redacted value reads `[REDACTED]`; `Redactor.counts()` says how many distinct values of
 which kind were redacted, never the values. `anonymize=True` also replaces the home

@@ -1,8 +1,8 @@
 """Probe registration (`@rocmcheck.probe`) and discovery of probe modules.
 
-Probe modules are loaded by file path under private module names, so neither the
-built-in `probes/` folder nor a user's `--probes-path` folder puts a generic
-top-level name on anybody's import path. Loading a probe module never imports torch.
+Probe modules are loaded by file path, the built-in ones (`rocmcheck/probes/`) as
+`rocmcheck.probes.<name>` and a user's `--probes-path` folders under private module names,
+so no generic top-level name lands on anybody's import path. Loading a probe module never imports torch.
 """
 from __future__ import annotations
 
@@ -69,10 +69,8 @@ def probe(
 
 
 def builtin_probes_dir() -> Path:
-    """`rocmcheck/probes` inside an installed wheel, else `probes/` beside the package."""
-    here = Path(__file__).resolve().parent
-    packaged = here / "probes"
-    return packaged if packaged.is_dir() else here.parent / "probes"
+    """The built-in probe library, `rocmcheck/probes/` (in a checkout and in the wheel alike)."""
+    return Path(__file__).resolve().parent / "probes"
 
 
 def probes_paths(extra: Iterable[str] = ()) -> List[Path]:
@@ -118,7 +116,7 @@ def load_all(extra_paths: Iterable[str] = ()) -> Dict[str, ProbeSpec]:
     """Load every probe module of every probes path; returns the registry (id -> spec)."""
     for folder in probes_paths(extra_paths):
         for path in sorted(folder.glob("*.py")):
-            if not path.name.startswith("_"):
+            if not path.name.startswith("_"):  # __init__.py and private helpers are not probes
                 load_module(path)
     return dict(_REGISTRY)
 

@@ -19,17 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from . import __version__, faults, fingerprint, known_issues
-from .errors import UsageError
+from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry
+from .errors import TorchMissing, UsageError
 from .exitcodes import describe, signal_of, signatures
 from .launch import IsolationServerDied, SpawnLauncher
 from .model import DeviceInfo, Status, Variant, Verdict
 from .registry import module_file
 from .safetext import clean, clean_tree
 from .storage import Journal, SCHEMA, SCHEMA_VERSION, report_json, write_atomic
+from . import watchdog
 from .watchdog import TEARDOWN_WAIT_S, ChildEnd, supervise
 
 ISOLATIONS = ("zygote", "spawn")
+GPU_VISIBLE = "gpu-visible"  # the probe that fails when the host has GPUs that torch cannot use
 FACTS_TIMEOUT_S = 120.0
 CANARY_TIMEOUT_S = 20.0  # runtime init and one tiny kernel; a device that needs longer is not usable
 CANARY_CALL = "rocmcheck.child:device_canary"
@@ -57,6 +59,7 @@ class RunOptions:
     write_files: bool = True
     command: str = "run"
     teardown_wait: float = TEARDOWN_WAIT_S  # how long a SIGKILLed child may take to go before it is unkillable
+    needs_torch: bool = True  # False for `rocmcheck env`, which reports a missing torch as a fact
 
 
 class Interrupted(BaseException):
@@ -87,6 +90,7 @@ class Runner:
         self.device = DeviceInfo()
         self.facts: Dict[str, Any] = {}
         self.wedged: Optional[str] = None
+        self.gpu_problem: Optional[str] = None  # the host has GPUs that this torch cannot use
         self.journal: Optional[Journal] = None
         self.sections: Dict[str, Any] = {}  # extra report sections (doctor's results), written with the report
         self.current: Optional[str] = None  # what runs now, named in the report if interrupted
@@ -166,18 +170,31 @@ class Runner:
     # --- device ------------------------------------------------------------------------
 
     def resolve_device(self) -> None:
-        """Ask a child for device facts, then turn `--device` into a DeviceInfo."""
+        """Ask a child for device facts, hold them against the host's own GPU inventory, then
+        turn `--device` into a DeviceInfo. `auto` falls back to the CPU only on a host without
+        GPUs; a GPU host whose torch sees none is a failure, never a CPU self-test."""
         task = self._task(call="rocmcheck.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S, faults="")
         end = self._launch(task, {}, fresh=False)
         result = _read_result(task["result_path"])
         self.facts = clean_tree((result or {}).get("data") or {"error": _end_summary(end)})
+        if self.facts.get("torch_error") and self.opts.needs_torch:
+            choice = hostgpu.torch_choice(hostgpu.read())
+            raise TorchMissing(f"torch cannot be imported here ({self.facts['torch_error']}), so nothing can be "
+                               f"assessed; {choice.reason}: {choice.command(sys.executable)}")
         count = int(self.facts.get("device_count") or 0)
         backend = self.facts.get("backend") or "cpu"
         wanted = self.opts.device
-        if wanted == "auto":
+        problem = hostgpu.torch_problem(hostgpu.read(), self.facts)
+        if problem and wanted == "cpu":
+            self.note(f"the host's GPUs are left out on purpose (--device cpu): CPU self-test only ({problem})")
+        elif problem:
+            self.gpu_problem = problem
+            self.note(f"NO-GO: {problem}")
+            wanted = "cpu"
+        elif wanted == "auto":
             wanted = "cuda:0" if count else "cpu"
             if not count:
-                self.note("no GPU found: running on the CPU; GPU-only probes are skipped")
+                self.note("no GPU on this host: running on the CPU; GPU-only probes are skipped")
         if wanted != "cpu":
             index = int(wanted.split(":")[1])
             if index >= count:
@@ -186,6 +203,14 @@ class Runner:
             self.device = DeviceInfo(wanted, backend, count, arch)
         else:
             self.device = DeviceInfo("cpu", "cpu", count, None)
+
+    def with_gpu_check(self, variants: List[Variant]) -> List[Variant]:
+        """Where torch cannot use the host's GPUs, the check that says so runs first, selected or not."""
+        if not self.gpu_problem or any(v.spec.id == GPU_VISIBLE for v in variants):
+            return variants
+        from .selection import select
+
+        return select(registry.load_all(self.opts.probes_paths), [GPU_VISIBLE]) + variants
 
     def fingerprint(self) -> Dict[str, Any]:
         dev = self.device
@@ -200,20 +225,26 @@ class Runner:
         (a fresh interpreter then), `timeout` replaces the variant's own (doctor's attempts)."""
         spec = variant.spec
         reason = spec.requires.unmet(self.device, sys.platform)
+        if self.gpu_problem and spec.id != GPU_VISIBLE:
+            reason = f"not run: torch cannot use this host's GPU (see {GPU_VISIBLE})"
         if reason is None and self.wedged and self.device.kind == "gpu":
             reason = f"skipped: device unusable after {self.wedged}"
         if reason:
             return Verdict(spec.id, variant.id, Status.SKIP, dict(variant.params), reason)
         timeout = timeout or self.opts.timeout or spec.timeout
-        task = self._task(probe=spec.id, params=variant.params, device=self.device.name, profile=self.opts.profile,
+        task = self._task(probe=spec.id, params=variant.params, device=self.device.name,
+                          device_requested=self.opts.device, device_facts=self.facts, profile=self.opts.profile,
                           timeout=timeout, module_file=module_file(spec))
         variant_env = {**variant.env(), **(env or {})}
+        log_since = kernellog.now()
         end = self._launch(task, variant_env, spec.fresh_interpreter)
         result = _read_result(task["result_path"])
         if result and result.get("gpu_init_failed") and self.isolation == "zygote":
             self.fall_back_to_spawn(result.get("message", "GPU init failed in a forked child"))
             return self.run_variant(variant, env, timeout)
         verdict = assemble(variant, end, result, _read_text(task["stack_path"]), timeout)
+        if self.device.kind == "gpu" and verdict.status.is_bad:
+            verdict.evidence.update(kernellog.evidence(log_since))
         verdict.env = {**self.opts.env, **variant_env}
         if verdict.status is Status.HANG and self.device.kind == "gpu":
             verdict.evidence["device_canary"] = self.device_canary(variant.id)
@@ -283,7 +314,7 @@ class Runner:
         interrupted: Optional[str] = None
         try:
             self.start()
-            for variant in variants:
+            for variant in self.with_gpu_check(variants):
                 self.current = variant.id
                 self.run_one(variant)
                 self.current = None
@@ -415,8 +446,11 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
         status = Status.HANG
         message = f"no verdict within {timeout:g}s; child killed ({', '.join(end.kill_steps)})"
         if end.never_started:
-            message = f"the child never started its task (stuck starting Python or importing torch); " \
-                      f"killed ({', '.join(end.kill_steps)})"
+            message = f"the child never started its task (stuck starting Python, importing torch or " \
+                      f"initialising the GPU runtime); killed ({', '.join(end.kill_steps)})"
+        if end.in_first_use:
+            message = f"first-use compilation ran past its {watchdog.FIRST_USE_LIMIT_S:g}s limit; child killed " \
+                      f"({', '.join(end.kill_steps)})"
         if end.unkillable:
             message = f"no verdict within {timeout:g}s and the child could not be killed " \
                       f"(state {end.state.get('status', '?')} {end.teardown_s:.0f}s after SIGKILL)"

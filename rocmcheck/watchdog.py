@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Optional
 
 from .capture import OutputDrain
+from .context import FIRST_USE_SUFFIX
 from .launch import ChildProcess
 from .proctree import process_state
 
@@ -22,7 +23,8 @@ STACK_WAIT_S = 0.3
 TERM_GRACE_S = 0.5
 KILL_WAIT_S = 1.0  # after an interrupt: the user is waiting
 TEARDOWN_WAIT_S = 30.0  # after SIGKILL on timeout: a GPU process spends seconds in driver teardown (state D)
-STARTUP_LIMIT_S = 300.0  # interpreter start + `import torch`, not counted in a probe's timeout
+STARTUP_LIMIT_S = 300.0  # interpreter start, `import torch` and GPU runtime init: not a probe's timeout
+FIRST_USE_LIMIT_S = 600.0  # a probe's first-use compilation (`ctx.first_use()`): not its timeout either
 SIGKILL = getattr(signal, "SIGKILL", 9)  # Windows: the job is terminated instead
 
 
@@ -33,7 +35,8 @@ class ChildEnd:
     returncode: Optional[int]
     elapsed_s: float
     timed_out: bool = False
-    never_started: bool = False  # timed out before the child began its task (stuck importing)
+    never_started: bool = False  # timed out before the child began its task (stuck importing or initialising)
+    in_first_use: bool = False  # timed out inside the probe's first-use compilation
     unkillable: bool = False
     lost: bool = False  # it ended, but the isolation server that would report its exit status died
     output: str = ""
@@ -90,23 +93,31 @@ def _started_at(path: Optional[str]) -> Optional[float]:
 
 
 def supervise(child: ChildProcess, timeout: float, started_path: Optional[str] = None,
-              startup_limit: float = STARTUP_LIMIT_S, teardown_wait: float = TEARDOWN_WAIT_S) -> ChildEnd:
+              startup_limit: float = STARTUP_LIMIT_S, first_use_limit: Optional[float] = None,
+              teardown_wait: float = TEARDOWN_WAIT_S) -> ChildEnd:
     """Wait for `child`; always returns, always leaves no tree behind (save an unkillable
-    process). The `timeout` runs from the moment the child marks `started_path` (so a slow
-    interpreter start or `import torch` on a loaded machine is not counted), within an
-    overall `startup_limit`. An interrupt (Ctrl-C, SIGTERM) kills the tree and re-raises."""
+    process). The `timeout` runs from the moment the child marks `started_path`, once its
+    interpreter, `import torch` and the GPU runtime are up (all within `startup_limit`), and
+    time the probe spends in first-use compilation (the child shifts the marker by it) is
+    bounded by `first_use_limit` instead. An interrupt (Ctrl-C, SIGTERM) kills the tree and re-raises."""
     drain = OutputDrain(child.out_fd)
     start = time.monotonic()
     began = None if started_path else start
     end = ChildEnd(returncode=None, elapsed_s=0.0)
     try:
         while end.returncode is None and not child.lost:
-            began = began if began is not None else _started_at(started_path)
-            deadline = began + timeout if began is not None else start + startup_limit + timeout
+            if started_path:  # read on every round: `ctx.first_use()` moves the marker forward
+                began = _started_at(started_path) or began
+            warming = _started_at(started_path + FIRST_USE_SUFFIX) if began is not None and started_path else None
+            if warming is not None:
+                deadline = warming + (first_use_limit or FIRST_USE_LIMIT_S)
+            else:
+                deadline = began + timeout if began is not None else start + startup_limit + timeout
             left = deadline - time.monotonic()
             if left <= 0:
                 end.timed_out = True
                 end.never_started = began is None
+                end.in_first_use = warming is not None
                 _kill_after_timeout(child, end, teardown_wait)
                 break
             end.returncode = child.wait(min(left, 0.25 if began is not None else 0.02))

@@ -3,7 +3,7 @@
 A child is assigned to its own job with JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE, so that
 terminating the job ends the child and every process it started, and so that the
 whole tree dies with rocmcheck if rocmcheck itself is killed (its job handle closes).
-`CREATE_NEW_PROCESS_GROUP` alone does not kill trees (research/reliability.md §1).
+`CREATE_NEW_PROCESS_GROUP` alone does not kill trees (docs/isolation.md §8).
 """
 from __future__ import annotations
 

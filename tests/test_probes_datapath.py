@@ -18,7 +18,7 @@ from conftest import by_variant
 
 OUR_PROBES = ("transfer", "numerics", "gemm", "training")
 OURS = "transfer[ or numerics[ or gemm[ or training["  # -k expression: our variants only
-TRANSFER_METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream")
+TRANSFER_METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream", "d2h", "d2d")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -28,7 +28,7 @@ def status(verdicts, variant):
 
 def test_every_variant_passes_without_faults_or_skips_with_its_reason(rocm_run):
     verdicts = by_variant(rocm_run(probe="*", keyword=OURS, profile="gate"))
-    assert len(verdicts) == 16 + 7 + 12 + 5
+    assert len(verdicts) == 20 + 7 + 12 + 5
     for variant, v in verdicts.items():
         if variant.startswith("gemm[") and not variant.endswith("-default]"):
             assert v["status"] == "skip" and "one BLAS backend" in v["message"], variant
@@ -62,6 +62,25 @@ def test_one_broken_copy_kind_fails_only_its_method(rocm_run):
     flip = verdicts["transfer[copy_-isolated]"]["measurements"]
     assert flip["int32_mismatches"] == flip["int32_bad_copies"] == flip["int32_copies"]  # one element per copy
     assert "1 of 1024 elements differ" in verdicts["transfer[copy_-isolated]"]["message"]
+
+
+def test_device_to_host_and_device_to_device_copies_fail_under_their_faults(rocm_run):
+    """Zeros on reads back to the host, one flipped bit then stale data on copies within the device:
+    the d2h and d2d variants fail, each attributed to its own direction; host-to-device methods pass."""
+    verdicts = by_variant(rocm_run(probe="transfer", keyword="isolated", profile="gate",
+                                   inject="copy-zeros:d2h,copy-flip:d2d"))
+    for method in TRANSFER_METHODS:
+        st, message = status(verdicts, f"transfer[{method}-isolated]")
+        assert st == ("fail" if method in ("d2h", "d2d") else "pass"), (method, message)
+    d2h, d2d = verdicts["transfer[d2h-isolated]"], verdicts["transfer[d2d-isolated]"]
+    assert "; device-to-host (the device holds the right data" in d2h["message"]
+    assert d2h["measurements"]["int32_zeros"] == d2h["measurements"]["int32_mismatches"] == 2 * 2 * (1024 + 262144)
+    assert "; device-to-device (the source on the device is right" in d2d["message"]
+    assert d2d["measurements"]["float16_bad_copies"] == d2d["measurements"]["float16_copies"] == 8
+    (stale,) = rocm_run(probe="transfer", keyword="d2d-isolated", profile="gate", inject="copy-stale:d2d")
+    m = stale["measurements"]
+    assert stale["status"] == "fail" and m["float32_bad_copies"] == m["float32_copies"] - 2  # all but the first of each size
+    assert m["float32_zeros"] == 0
 
 
 def test_low_precision_faults_fail_their_checks(rocm_run):
@@ -105,9 +124,10 @@ def test_list_shows_every_variant_with_its_profile():
     out = subprocess.run([sys.executable, "-m", "rocmcheck", "list", *(f"--probe={p}" for p in OUR_PROBES)],
                          capture_output=True, text=True, check=True, cwd=ROOT).stdout
     rows = {line.split()[0]: line.split()[1] for line in out.splitlines() if line.split() and "[" in line.split()[0]}
-    assert len(rows) == 40
+    assert len(rows) == 44
     for method in TRANSFER_METHODS:
-        assert (rows[f"transfer[{method}-training]"], rows[f"transfer[{method}-isolated]"]) == ("gate", "full")
+        assert (rows[f"transfer[{method}-training]"], rows[f"transfer[{method}-isolated]"]) == (
+            "full" if method == "d2d" else "gate", "full")
     assert {v for v, p in rows.items() if p == "gate" and not v.startswith("transfer")} == {
         "numerics[cast-bf16]", "numerics[cast-fp16]", "numerics[autocast-bf16]", "numerics[ftz-fp16]",
         "gemm[fp32-default]", "gemm[fp16-default]", "gemm[bf16-default]", "training[plain]", "training[bf16-autocast]"}
@@ -170,11 +190,14 @@ def test_device_checksum_tells_the_failing_direction():
     from rocmcheck import compare
 
     origin = probe_module("transfer").origin
-    want = compare.Pattern(1000, "bfloat16").values(1)
-    assert origin(torch.from_numpy(want.copy()).view(torch.bfloat16), want).startswith("device-to-host")
+    pattern = compare.Pattern(3_000_000, "bfloat16")
+    want = pattern.values(1)
+    assert origin(torch.from_numpy(want.copy()).view(torch.bfloat16), pattern, 1, 2_999_999).startswith(
+        "device-to-host")
     bad = want.copy()
-    bad[999] ^= 1
-    assert origin(torch.from_numpy(bad).view(torch.bfloat16), want).startswith("host-to-device")
+    bad[2_999_999] ^= 1
+    verdict = origin(torch.from_numpy(bad).view(torch.bfloat16), pattern, 1, 2_999_999)
+    assert verdict.startswith("host-to-device") and "elements 1951424..2999999" in verdict  # a bounded window
 
 
 @pytest.mark.parametrize("flush_all", [False, True])
@@ -206,8 +229,59 @@ def test_a_cast_that_only_flushes_subnormals_warns_and_any_other_error_fails(mon
         assert ctx.measurements["subnormal_cast_zeros"] == ctx.measurements["subnormal_cast_mismatches"] > 0
 
 
-@pytest.mark.parametrize("arch, emulated", [("gfx906", True), ("gfx908", True), ("gfx90c", True), ("gfx1030", True),
+@pytest.mark.parametrize("arch, emulated", [("gfx906", True), ("gfx908", False), ("gfx90c", True), ("gfx1030", True),
                                             ("gfx1010", True), ("gfx90a", False), ("gfx942", False),
                                             ("gfx1100", False), ("gfx1151", False), ("gfx950", False), ("", False)])
 def test_bf16_emulation_is_read_from_the_arch(arch, emulated):
     assert bool(probe_module("numerics").EMULATED_BF16.match(arch)) is emulated
+
+
+def cgroup_tree(root, v2=None, v1=None, path="/job/step"):
+    """A fixture host root: /proc/self/cgroup naming `path`, and memory files (limit, usage) per level
+    ('' is the hierarchy's root) under a cgroup v2 or v1 hierarchy."""
+    (root / "proc/self").mkdir(parents=True)
+    lines = []
+    for version, levels in (("v2", v2), ("v1", v1)):
+        if levels is None:
+            continue
+        base = root / ("sys/fs/cgroup" if version == "v2" else "sys/fs/cgroup/memory")
+        lines.append(f"0::{path}" if version == "v2" else f"7:memory:{path}")
+        for level, (limit, usage) in levels.items():
+            d = base / level
+            d.mkdir(parents=True, exist_ok=True)
+            names = ("memory.max", "memory.current") if version == "v2" else ("memory.limit_in_bytes",
+                                                                             "memory.usage_in_bytes")
+            (d / names[0]).write_text(f"{limit}\n")
+            (d / names[1]).write_text(f"{usage}\n")
+    (root / "proc/self/cgroup").write_text("\n".join(lines) + "\n")
+    return root
+
+
+MIB = 1 << 20
+
+
+def test_cgroup_limits_are_read_at_every_level(tmp_path):
+    free = probe_module("transfer").cgroup_free_bytes
+    assert free(tmp_path) is None  # no /proc/self/cgroup
+    v2 = cgroup_tree(tmp_path / "v2", v2={"job/step": ("max", 5 * MIB), "job": (300 * MIB, 280 * MIB),
+                                          "": ("max", 0)})
+    assert free(v2) == 20 * MIB  # the parent's limit binds
+    v1 = cgroup_tree(tmp_path / "v1", v1={"job/step": (9223372036854771712, 10 * MIB), "job": (64 * MIB, 14 * MIB)})
+    assert free(v1) == 50 * MIB  # the step's "unlimited" is v1's huge number
+    unlimited = cgroup_tree(tmp_path / "none", v2={"job/step": ("max", 1)})
+    assert free(unlimited) is None
+
+
+def test_largest_copy_is_sized_by_the_cgroup_and_a_bad_one_fails_in_time(rocm_run, tmp_path):
+    """Full profile on the CPU: the cgroup leaves 96 MiB, so the largest copy is a third of it; zeros
+    on every copy end in FAIL well inside the timeout, the direction judged on a bounded window."""
+    root = cgroup_tree(tmp_path, v2={"job/step": (400 * MIB, 304 * MIB)})
+    env = {"ROCMCHECK_HOST_ROOT": str(root)}
+    (ok,) = rocm_run(probe="transfer", keyword="to-isolated", env=env)
+    assert ok["status"] == "pass" and ok["measurements"]["largest_bytes"] == 32 * MIB
+    (bad,) = rocm_run(probe="transfer", keyword="to-isolated", env=env, inject="copy-zeros:to", timeout=120)
+    m = bad["measurements"]
+    assert bad["status"] == "fail" and m["largest_bytes"] == 32 * MIB and bad["duration_s"] < 120
+    assert m["float32_bad_copies"] == m["float32_copies"] == 2 * 10 * 2 + 2  # 4 KiB and 1 MiB both ways, largest
+    assert m["float32_zeros"] == m["float32_mismatches"] == (20 * (4 * 1024 + MIB) + 2 * 32 * MIB) // 4  # every element
+    assert "judged on elements 0..1023" in bad["message"]

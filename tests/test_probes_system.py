@@ -233,6 +233,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: 0)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: 0)
     monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda *a, **k: HEALTHY_SNAPSHOT)
+    monkeypatch.setattr(torch.cuda, "get_allocator_backend", lambda: "native")
     monkeypatch.setattr(torch, "empty", torch.empty)  # restored after faults that patch it
     monkeypatch.setenv(alloc.variable_to_set(torch.__version__), alloc.SETTINGS["expandable"])
 

@@ -1,4 +1,4 @@
-"""The reliability cases of research/reliability.md, as fake probes, in both isolation modes.
+"""The reliability cases of docs/isolation.md §12, as fake probes, in both isolation modes.
 
 Each case asserts the verdict, its evidence, and that no process of the probe's tree
 survives (pids recorded by the fake probes themselves).

@@ -12,7 +12,13 @@ of copy, so one method can be broken while the others work:
     cuda            `Tensor.cuda()`
     tensor, as_tensor  `torch.tensor(..., device=)`, `torch.as_tensor(..., device=)`
     copy_           `dst.copy_(src)` across devices (every `copy_` on a CPU-only run)
-`to*` matches every `Tensor.to` kind; no ARG matches every kind.
+    d2h             device-to-host: `Tensor.cpu()`, `.to("cpu")` or `copy_` from a device tensor; on a
+                    CPU-only run every `Tensor.cpu()` (which would return the tensor itself: the
+                    fault returns a damaged copy instead)
+    d2d             device-to-device: `Tensor.clone()` of a device tensor, `.to()`/`copy_` between
+                    device tensors; on a CPU-only run every `Tensor.clone()`
+`to*` matches every `Tensor.to` kind; no ARG matches every host-to-device kind (d2h and d2d
+only when ARG names them).
 """
 from __future__ import annotations
 
@@ -23,7 +29,8 @@ from typing import Any, Callable, Dict, Optional
 
 from . import fault
 
-TRANSFER_KINDS = ("to", "to-nonblocking", "pinned", "side-stream", "cuda", "tensor", "as_tensor", "copy_")
+H2D_KINDS = ("to", "to-nonblocking", "pinned", "side-stream", "cuda", "tensor", "as_tensor", "copy_")
+TRANSFER_KINDS = H2D_KINDS + ("d2h", "d2d")
 _KIND_HELP = "glob over " + "|".join(TRANSFER_KINDS)
 
 
@@ -48,7 +55,17 @@ def _side_stream_active() -> bool:
     return torch.cuda.current_stream() != torch.cuda.default_stream()
 
 
-def _to_kind(tensor: Any, args: tuple, kwargs: dict) -> str:
+def _direction(src: Any, dst: Any) -> Optional[str]:
+    """'d2h' or 'd2d' for a copy out of device memory, None for one out of host memory."""
+    if src.device.type == "cpu":
+        return None
+    return "d2h" if dst.device.type == "cpu" else "d2d"
+
+
+def _to_kind(tensor: Any, out: Any, args: tuple, kwargs: dict) -> str:
+    direction = _direction(tensor, out)
+    if direction:
+        return direction
     if _side_stream_active():
         return "side-stream"
     if kwargs.get("non_blocking") or any(a is True for a in args):
@@ -57,13 +74,24 @@ def _to_kind(tensor: Any, args: tuple, kwargs: dict) -> str:
 
 
 def _patch_transfers(arg: Optional[str], corrupt: Callable[[Any, str], None]) -> None:
-    """Wrap every host-to-device copy API; `corrupt(out, kind)` damages matching results in place."""
+    """Wrap every copy API; `corrupt(out, kind)` damages matching results in place."""
     import torch
 
+    busy = threading.local()  # `corrupt` may copy too (copy-stale clones): those copies are left alone
+    cpu_only = not torch.cuda.is_available()
+
+    def hits(kind: str) -> bool:
+        return not getattr(busy, "on", False) and (
+            fnmatch.fnmatchcase(kind, arg) if arg else kind in H2D_KINDS)
+
     def damage(out: Any, kind: str) -> Any:
-        if isinstance(out, torch.Tensor) and (not arg or fnmatch.fnmatchcase(kind, arg)):
-            with torch.no_grad():
-                corrupt(out, kind)
+        if isinstance(out, torch.Tensor) and hits(kind):
+            busy.on = True
+            try:
+                with torch.no_grad():
+                    corrupt(out, kind)
+            finally:
+                busy.on = False
         return out
 
     def to(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -71,7 +99,21 @@ def _patch_transfers(arg: Optional[str], corrupt: Callable[[Any, str], None]) ->
             out = orig(self, *args, **kwargs)
             if out is self or not _has_device_arg(args, kwargs):
                 return out
-            return damage(out, _to_kind(self, args, kwargs))
+            return damage(out, _to_kind(self, out, args, kwargs))
+        return wrapped
+
+    def cpu(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self, *args, **kwargs):
+            out = orig(self, *args, **kwargs)
+            if out is self and cpu_only and hits("d2h"):
+                out = self.clone()  # a CPU-only run has no read-back to damage: damage a copy, not the source
+            return out if out is self else damage(out, "d2h")
+        return wrapped
+
+    def clone(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self, *args, **kwargs):
+            out = orig(self, *args, **kwargs)
+            return damage(out, "d2d") if cpu_only or self.device.type != "cpu" else out
         return wrapped
 
     def cuda(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -83,7 +125,7 @@ def _patch_transfers(arg: Optional[str], corrupt: Callable[[Any, str], None]) ->
         def wrapped(self, src, *args, **kwargs):
             out = orig(self, src, *args, **kwargs)
             if isinstance(src, torch.Tensor) and (src.device != self.device or self.device.type == "cpu"):
-                damage(out, "side-stream" if _side_stream_active() else "copy_")
+                damage(out, _direction(src, self) or ("side-stream" if _side_stream_active() else "copy_"))
             return out
         return wrapped
 
@@ -98,6 +140,8 @@ def _patch_transfers(arg: Optional[str], corrupt: Callable[[Any, str], None]) ->
     patch(torch.Tensor, "to", to)
     patch(torch.Tensor, "cuda", cuda)
     patch(torch.Tensor, "copy_", copy_)
+    patch(torch.Tensor, "cpu", cpu)
+    patch(torch.Tensor, "clone", clone)
     for name in ("tensor", "as_tensor"):
         patch(torch, name, factory(name))
 
@@ -121,19 +165,19 @@ def _flip_one(out: Any, kind: str = "") -> None:
 
 
 @fault("copy-zeros", "host-to-device copies come back as zeros (HIP #3874, TheRock #8379); ARG limits it to "
-                     "some kinds of copy; off with HSA_ENABLE_SDMA=0, which moves copies off the DMA engines "
+                     "some kinds of copy or names d2h/d2d; off with HSA_ENABLE_SDMA=0, which moves copies off the DMA engines "
                      "(https://github.com/ROCm/legacy-rocm-build/issues/2781)", args=_KIND_HELP, choices=TRANSFER_KINDS)
 def _copy_zeros(arg: Optional[str]) -> None:
     if os.environ.get("HSA_ENABLE_SDMA") != "0":  # the workaround `rocmcheck doctor` must find
         _patch_transfers(arg, _zero_)
 
 
-@fault("copy-flip", "host-to-device copies come back with one bit flipped in one element", args=_KIND_HELP, choices=TRANSFER_KINDS)
+@fault("copy-flip", "host-to-device copies (ARG: some kinds, or d2h/d2d) come back with one bit flipped in one element", args=_KIND_HELP, choices=TRANSFER_KINDS)
 def _copy_flip(arg: Optional[str]) -> None:
     _patch_transfers(arg, _flip_one)
 
 
-@fault("copy-stale", "host-to-device copies return the data of the previous copy of the same shape "
+@fault("copy-stale", "host-to-device copies (ARG: some kinds, or d2h/d2d) return the data of the previous copy of the same shape "
                      "(a missed wait, pinned-memory races, CuPy #4923)", args=_KIND_HELP, choices=TRANSFER_KINDS)
 def _copy_stale(arg: Optional[str]) -> None:
     previous: Dict[tuple, Any] = {}

@@ -1,4 +1,4 @@
-"""Fake probes for the reliability cases of research/reliability.md.
+"""Fake probes for the reliability cases of docs/isolation.md §12.
 
 Each records the pids it creates in $ROCMCHECK_TEST_PIDDIR so tests can assert
 that no process of the tree survives. No torch import: these test the harness.

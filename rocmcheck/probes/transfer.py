@@ -1,12 +1,18 @@
-"""Host-to-device transfers by eight methods, read back and checked bit for bit.
+"""Host-to-device transfers by eight methods, device-to-host and device-to-device copies, checked
+bit for bit against the host pattern.
 
-Targets copies that come back as zeros, NaN or stale data, or crash (failure catalogue §1):
+Targets copies that come back as zeros, NaN or stale data, or crash (docs/failure-catalogue.md §1):
 HIP #3874 (access violation in memcpy_and_sync, gfx1151), TheRock #8379 (silent zeros,
 gfx1201), legacy-rocm-build #6123 (NaN on repeated `.to("cuda")`, gfx1030), pinned-memory
 races, and the seeds' report: CPU->GPU copies returning zeros only inside a training loop,
 with all eight methods tried by hand.
 
-Variants are method x context (8 x 2). A method or a context is what a user can change in
+`d2h` (`Tensor.cpu()`) and `d2d` (`Tensor.clone()`) start from data staged on the device
+with `.to()`; the reference is still the host pattern, and a bad copy is attributed to the
+staging, the copy itself or the read-back by checksums on the device. D2H is in the gate
+(every read-back depends on it), D2D in the full profile.
+
+Variants are method x context (10 x 2). A method or a context is what a user can change in
 their code, so each gets its own row in the matrix; dtypes (float32, float16, bfloat16,
 int32), sizes, contiguous and strided sources and repeats are looped inside a variant, with
 measurements per dtype, because they describe one failure rather than a workaround, and a
@@ -21,7 +27,7 @@ attributed with a device-side checksum: the device holding the right bytes means
 device-to-host, otherwise host-to-device. The side-stream method waits with `wait_stream` and
 `record_stream`, as PyTorch documents (ROCm/pytorch#3194 was closed as correct semantics).
 
-On `--device cpu` every method still copies into separate storage (`copy=True`, a clone where
+On `--device cpu` every method still copies into separate storage (`copy=True`, a copy of the array where
 `as_tensor` would share memory), so the comparison runs for real; `.cuda()` and the side
 stream fall back to `.to(copy=True)` and pinning is skipped (the CPU has neither streams nor
 pinned memory), and sizes stop at 1 MiB in the gate (64 MiB in full): big copies test a
@@ -31,12 +37,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import rocmcheck
-from rocmcheck import compare
+from rocmcheck import compare, hostgpu
 
-METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream")
+METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream", "d2h", "d2d")
+FROM_DEVICE = ("d2h", "d2d")  # the source is staged on the device; the copy under test starts there
 CONTEXTS = ("isolated", "training")
 PINNED_METHODS = ("pinned", "side-stream")
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
@@ -48,10 +56,13 @@ PLANS = {
     ("gpu", "gate"): ((4 * KIB, ALL, 3), (MIB, ALL, 3), (64 * MIB, F32, 3)),
     ("gpu", "full"): ((4 * KIB, ALL, 10), (MIB, ALL, 10), (64 * MIB, ALL, 10), (512 * MIB, ALL, 3)),
     ("cpu", "gate"): ((4 * KIB, ALL, 2), (MIB, ALL, 2)),
-    ("cpu", "full"): ((4 * KIB, ALL, 10), (MIB, ALL, 10), (64 * MIB, F32, 3)),
+    ("cpu", "full"): ((4 * KIB, ALL, 10), (MIB, ALL, 10)),
 }
-LARGEST_REPEATS = 2  # the largest copy that fits (GPU, full profile): float32, contiguous
+LARGEST_REPEATS = 2  # the largest copy that fits (full profile): float32, contiguous
+LARGEST_CAP = {"gpu": 8 * GIB, "cpu": 64 * MIB}  # 2**31 float32 elements (uint32-indexable); the CPU tests no device
 MAX_ATTRIBUTED = 3  # bad copies whose origin is checked with a device checksum
+ATTRIBUTION_WINDOW = 1 << 20  # elements around the first bad one whose checksums decide the direction
+UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as a number near 2**63
 
 LINKS = (
     "https://github.com/ROCm/HIP/issues/3874",
@@ -78,22 +89,67 @@ def plan(ctx: rocmcheck.ProbeContext) -> List[Case]:
     cases = [Case(nbytes, dtype, contiguous, repeats)
              for nbytes, dtypes, repeats in PLANS[("gpu" if ctx.on_gpu else "cpu", ctx.profile)]
              for dtype in dtypes for contiguous in (True, False)]
-    if ctx.on_gpu and ctx.full:
-        largest = largest_bytes(ctx.device)
-        if largest > 512 * MIB:
+    if ctx.full:
+        largest = largest_bytes(ctx)
+        if largest > max(c.nbytes for c in cases):
             cases.append(Case(largest, "float32", True, LARGEST_REPEATS))
     return cases
 
 
-def largest_bytes(device: str) -> int:
-    """The biggest single copy worth trying: a third of free device memory, an eighth of free
-    host memory (the pattern, expected data, source, pinned copy, read-back and numpy
-    temporaries live there), at most 8 GiB (2**31 float32 elements, indexable as uint32)."""
-    import psutil
-    import torch
+def _read_int(path: Path) -> Optional[int]:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # "max": no limit
 
-    free_device, _ = torch.cuda.mem_get_info(torch.device(device))
-    size = min(free_device // 3, psutil.virtual_memory().available // 8, 8 * GIB)
+
+def cgroup_free_bytes(root: Path) -> Optional[int]:
+    """What this process's memory cgroup (v2 `memory.max` - `memory.current`, v1
+    `memory.limit_in_bytes` - `memory.usage_in_bytes`) still allows, the tightest over the
+    cgroup and its ancestors; None without a limit. Slurm and Kubernetes limit jobs this way,
+    and psutil's `available` does not see it: exceeding it wakes the OOM killer."""
+    try:
+        lines = (root / "proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    free = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            base, limit_file, usage_file = root / "sys/fs/cgroup", "memory.max", "memory.current"
+        elif "memory" in controllers.split(","):
+            base, limit_file, usage_file = root / "sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes"
+        else:
+            continue
+        group = base / path.strip("/")
+        for d in (group, *group.parents):
+            limit, usage = _read_int(d / limit_file), _read_int(d / usage_file)
+            if limit is not None and limit < UNLIMITED:
+                free.append(max(limit - (usage or 0), 0))
+            if d == base:
+                break
+    return min(free) if free else None
+
+
+def host_free_bytes(root: Path) -> int:
+    """Host memory this process can still take: psutil's `available`, capped by the cgroup."""
+    import psutil
+
+    limit = cgroup_free_bytes(root)
+    available = psutil.virtual_memory().available
+    return available if limit is None else min(available, limit)
+
+
+def largest_bytes(ctx: rocmcheck.ProbeContext) -> int:
+    """The biggest single copy worth trying: a third of free device memory, a third of the host
+    memory really available (source and read-back are the only full-size host buffers: the
+    pattern is written in place and checked chunk by chunk), capped (`LARGEST_CAP`)."""
+    size = min(host_free_bytes(hostgpu.host_root()) // 3, LARGEST_CAP["gpu" if ctx.on_gpu else "cpu"])
+    if ctx.on_gpu:
+        import torch
+
+        size = min(size, torch.cuda.mem_get_info(torch.device(ctx.device))[0] // 3)
     return size // MIB * MIB
 
 
@@ -138,6 +194,10 @@ class Sender:
             return src.pin_memory()
         if self.method in ("tensor", "as-tensor"):
             return src_np
+        if self.method in FROM_DEVICE:  # staged on the device (a strided source keeps its layout there)
+            whole = src if src.is_contiguous() else src.as_strided((src.numel() * 2 - 1,), (1,))
+            dev = whole.to(self.device, copy=True)
+            return dev if src.is_contiguous() else dev[::2]
         if self.method == "copy_":
             return src, torch.empty(src.shape, dtype=src.dtype, device=self.device)
         return src
@@ -153,13 +213,17 @@ class Sender:
         if m in ("to-nonblocking", "pinned") or (m == "side-stream" and not self.on_gpu):
             return staged.to(self.device, non_blocking=True, copy=self.copy)
         if m in ("tensor", "as-tensor"):
+            if m == "as-tensor" and self.copy:  # as_tensor shares a host array's memory on the CPU
+                staged = staged.copy()
             out = (torch.tensor if m == "tensor" else torch.as_tensor)(staged, device=self.device)
-            if out.data_ptr() == staged.ctypes.data:  # as_tensor shares a host array's memory on the CPU
-                out = out.clone()
             return out.view(torch.bfloat16) if dtype == "bfloat16" else out
         if m == "copy_":
             src, dst = staged
             return dst.copy_(src)
+        if m == "d2h":
+            return staged.cpu()
+        if m == "d2d":
+            return staged.clone()
         return self._side_stream(staged)
 
     def _side_stream(self, staged: Any) -> Any:
@@ -176,16 +240,13 @@ class Sender:
         return out
 
 
-def source(want: Any, contiguous: bool) -> Any:
-    """A host copy of `want` kept apart from it: contiguous, or every other element of a
-    buffer twice as long (a strided, non-dense source)."""
+def source(pattern: compare.Pattern, seed: int, contiguous: bool) -> Any:
+    """The pattern for `seed` written straight into a new host buffer (no full-size temporaries):
+    contiguous, or every other element of a buffer twice as long (a strided, non-dense source)."""
     import numpy as np
 
-    if contiguous:
-        return want.copy()
-    buf = np.empty(want.size * 2, dtype=want.dtype)
-    buf[::2] = want
-    return buf[::2]
+    buf = np.empty(pattern.n * (1 if contiguous else 2), dtype=pattern.store)
+    return pattern.fill(buf if contiguous else buf[::2], seed)
 
 
 def as_tensor_of(src_np: Any, dtype: str) -> Any:
@@ -195,11 +256,24 @@ def as_tensor_of(src_np: Any, dtype: str) -> Any:
     return t.view(torch.bfloat16) if dtype == "bfloat16" else t
 
 
-def origin(dst: Any, want: Any) -> str:
-    """Which direction failed, by comparing a checksum computed on the device with the host's."""
-    if compare.device_checksum(dst) == compare.checksum(want):
-        return "device-to-host (the device holds the right data; the read-back is wrong)"
-    return "host-to-device (the device holds wrong data)"
+def origin(dst: Any, pattern: compare.Pattern, seed: int, first_bad: int, method: str = "",
+           device_source: Any = None) -> str:
+    """Which direction failed, judged on a window of elements around the first bad one (bounded
+    time whatever the copy's size): a checksum computed on the device equal to the host's
+    means the device holds the right data. `device_source`: where a d2h/d2d copy started."""
+    lo = max(0, min(first_bad - ATTRIBUTION_WINDOW // 2, pattern.n - ATTRIBUTION_WINDOW))
+    hi = min(pattern.n, lo + ATTRIBUTION_WINDOW)
+    where = f"judged on elements {lo}..{hi - 1}"
+    want = compare.checksum(pattern.values(seed, lo, hi))
+
+    def right(t: Any) -> bool:
+        return compare.device_checksum(t.detach().reshape(-1)[lo:hi]) == want
+
+    if right(dst) or (method == "d2h" and right(device_source)):
+        return f"device-to-host (the device holds the right data; the read-back is wrong; {where})"
+    if method == "d2d" and right(device_source):
+        return f"device-to-device (the source on the device is right, its copy is wrong; {where})"
+    return f"host-to-device (the device holds wrong data; {where})"
 
 
 class Tally:
@@ -230,28 +304,26 @@ class Tally:
 
 @rocmcheck.probe(
     "transfer",
-    title="Host-to-device copies by eight methods, checked bit for bit",
+    title="Host-to-device copies by eight methods, device-to-host and device-to-device, checked bit for bit",
     targets="copies returning zeros, NaN or stale data (HIP #3874, TheRock #8379, #6123), also in a training loop",
     links=LINKS,
     timeout=300,
-    gate=lambda p: p["context"] == "training",
+    gate=lambda p: p["context"] == "training" and p["method"] != "d2d",
     variants=[{"method": m, "context": c} for c in CONTEXTS for m in METHODS],
     preload=("torch._dynamo",),  # AdamW.step imports it: ~0.9 s per child otherwise
 )
 def transfer(ctx: rocmcheck.ProbeContext, method: str, context: str) -> None:
     sender = Sender(method, ctx.device, ctx.on_gpu)
     load = TrainingLoad(ctx.device, ctx.on_gpu) if context == "training" else None
-    tally, best_gbps, pattern = Tally(), 0.0, None
+    tally, best_gbps = Tally(), 0.0
     cases = plan(ctx)
     biggest = max(c.nbytes for c in cases)
     for case in cases:
-        n = case.nbytes // compare.Pattern.itemsize(case.dtype)
-        if pattern is None or (pattern.base.size, pattern.dtype) != (n, case.dtype):
-            pattern = compare.Pattern(n, case.dtype)  # shared by the contiguous and strided cases; one held at a time
+        pattern = compare.Pattern(case.nbytes // compare.Pattern.itemsize(case.dtype), case.dtype)
         for repeat in range(1, case.repeats + 1):
-            want = pattern.values(repeat)  # the expected data; the source is a separate copy
-            src_np = source(want, case.contiguous)
+            src_np = source(pattern, repeat, case.contiguous)  # the reference is the pattern, rebuilt when checking
             staged = sender.stage(as_tensor_of(src_np, case.dtype), src_np)
+            del src_np  # a pinned copy replaces it: two full-size host buffers at most (source, read-back)
             if load:
                 load.step()
             start = time.perf_counter()
@@ -260,8 +332,10 @@ def transfer(ctx: rocmcheck.ProbeContext, method: str, context: str) -> None:
             seconds = time.perf_counter() - start
             if case.nbytes == biggest and case.contiguous:
                 best_gbps = max(best_gbps, case.nbytes / seconds / 1e9)
-            check = compare.bitwise(compare.tensor_bits(dst), want, fmt=case.dtype)
-            where = origin(dst, want) if not check.ok and len(tally.bad) < MAX_ATTRIBUTED else None
+            check = pattern.check(compare.tensor_bits(dst).reshape(-1), repeat)
+            where = None
+            if not check.ok and len(tally.bad) < MAX_ATTRIBUTED:
+                where = origin(dst, pattern, repeat, check.first_bad, method, staged if method in FROM_DEVICE else None)
             tally.add(case, repeat, check, where)
             del dst, staged
     ctx.measure(copies=tally.copies, largest_bytes=biggest, **tally.measurements(),

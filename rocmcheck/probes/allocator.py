@@ -4,12 +4,17 @@ Targets `expandable_segments` accepted and ignored ("expandable_segments not sup
 on this platform": ROCm wheels before 2.12, pytorch #134208), reserved memory growing
 every cycle until OOM (the seeds' OOM after 35-50 batches; pytorch #123548 with
 `expandable_segments:True,max_split_size_mb:128`), and a live buffer reading back
-zeros under that setting (legacy-rocm-build #6603). Facts: failure catalogue §0, §4.
+zeros under that setting (legacy-rocm-build #6603). Facts: docs/failure-catalogue.md §0, §4.
 
 Each setting runs in a fresh interpreter whose environment carries it (the allocator
 reads its variable once, at first use), under a name this torch reads. The
 decisions are pure functions of what the child observed, so the tests drive them with
 the data the faults produce.
+
+Under `backend:cudaMallocAsync` the memory pool belongs to the CUDA driver: torch refuses
+`memory._snapshot()` ("not meaningful", it tracks no blocks) and the native allocator's
+options do not apply. The backend is asked first; the canary and growth checks still run,
+the snapshot-based ones are skipped and the verdict says so.
 """
 import os
 
@@ -228,6 +233,8 @@ def allocator(ctx, setting):
 
     import torch
 
+    backend = torch.cuda.get_allocator_backend()
+    ctx.measure(allocator_backend=backend)
     order = read_order(torch.__version__, "rocm" if torch.version.hip else "cuda")
     variable, conf = effective_conf(os.environ, order)
     wanted = SETTINGS[setting]
@@ -239,7 +246,13 @@ def allocator(ctx, setting):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         slack = run_cycles(ctx.device, CYCLES[ctx.profile], unit, canary)
-        snapshot = torch.cuda.memory._snapshot()
+        snapshot = torch.cuda.memory._snapshot() if backend == "native" else {}
+    if backend != "native":
+        native_only = sorted(set(requested) - {"backend"})
+        if native_only:
+            ctx.warn(f"{', '.join(native_only)} do not apply under backend:{backend} (options of the native "
+                     f"caching allocator)")
+        ctx.measure(snapshot_skipped=f"backend:{backend} keeps no per-block records; in-effect checks skipped")
     settings = snapshot.get("allocator_settings") or {}
     ctx.measure(variable=variable, conf=conf, slack_mib=slack, unit_mib=unit // MiB, canary_mib=canary // MiB,
                 allocator_settings={k: v for k, v in settings.items() if not isinstance(v, dict)},

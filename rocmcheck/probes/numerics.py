@@ -1,7 +1,7 @@
 """bf16 / fp16 numerics on the device against references computed in numpy.
 
 Targets bf16 conversion or math returning zeros or NaN, fp16 flush-to-zero in backward and
-emulated bf16 (failure catalogue §2, §9). Variants are check x dtype:
+emulated bf16 (docs/failure-catalogue.md §2, §9). Variants are check x dtype:
 - cast: float32 -> bf16/fp16 -> float32 on the device, compared bit for bit with numpy's
   round-to-nearest-even (bf16 by bit manipulation in `compare.bf16_bits`, fp16 by numpy's
   own float16 cast) over +-0, subnormals, powers of two, rounding ties, the largest finite
@@ -16,7 +16,9 @@ Zero fractions and NaN counts are measured apart from the error.
 
 `torch.cuda.is_bf16_supported()` is True on every ROCm GPU (PR #80410), so it is never
 asked: bf16 variants read the arch (`gcnArchName`) and, on archs where bf16 is only emulated
-(gfx9 below gfx90a, gfx10xx), end as `warn` when the results are right; wrong results still fail.
+(gfx9 before gfx908, gfx10xx), end as `warn` when the results are right; wrong results still fail.
+MI100 (gfx908, CDNA1) is not among them: its matrix cores have bf16 MFMA instructions
+(V_MFMA_F32_*BF16, https://llvm.org/docs/AMDGPU/AMDGPUAsmGFX908.html).
 """
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ import rocmcheck
 from rocmcheck import compare
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
-AUTOCAST_TOL = {"bfloat16": 5e-2, "float16": 1e-2}  # relative L2 error, catalogue §2
-EMULATED_BF16 = re.compile(r"gfx(90[0-9c]|10[0-9]{2})$")  # gfx9 below gfx90a, and gfx10xx
+AUTOCAST_TOL = {"bfloat16": 5e-2, "float16": 1e-2}  # relative L2 error, docs/failure-catalogue.md §2
+EMULATED_BF16 = re.compile(r"gfx(90[0-69c]|10[0-9]{2})$")  # gfx900-906, gfx909, gfx90c, and gfx10xx
 
 LINKS = (
     "https://github.com/pytorch/pytorch/pull/80410",

@@ -1,8 +1,8 @@
 """Configuration lint: settings known to break ROCm training, read from the fingerprint.
 
 No GPU work. Each check is its own variant so the matrix says which one failed.
-Facts: failure catalogue §0 (allocator variables), §6 (HSA_OVERRIDE_GFX_VERSION),
-§7 (torch.int1), §10 (arch missing from the wheel).
+Facts: docs/failure-catalogue.md §0 (allocator variables), §6 (HSA_OVERRIDE_GFX_VERSION),
+§7 (torch.int1), §10 (arch missing from the wheel); TF32 forced on by the environment.
 """
 import os
 import re
@@ -10,7 +10,7 @@ import sys
 
 import rocmcheck
 
-CHECKS = ("hsa-override", "arch-in-wheel", "torch-int1", "alloc-conf", "python-version")
+CHECKS = ("hsa-override", "arch-in-wheel", "torch-int1", "alloc-conf", "python-version", "tf32-override")
 
 LINKS = (
     "https://github.com/ROCm/legacy-rocm-build/issues/5238",
@@ -19,6 +19,8 @@ LINKS = (
     "https://github.com/pytorch/ao/pull/1544",
     "https://github.com/pytorch/pytorch/issues/183387",
     "https://github.com/pytorch/pytorch/pull/167659",
+    "https://docs.monai.io/en/stable/precision_accelerating.html",
+    "https://github.com/pytorch/pytorch/pull/139869",
 )
 
 # Newest Python each torch minor has wheels for (older torch on newer Python breaks the stack).
@@ -45,9 +47,16 @@ def gfx_from_kfd(target):
     return f"gfx{target // 10000}{(target // 100) % 100}{target % 100:x}"
 
 
+def gfx_version(arch):
+    """'gfx90a' -> (9, 0, 10), 'gfx1201' -> (12, 0, 1): gfx + major digits + minor and stepping
+    (one hex digit each); None for anything else ('gfx11-generic', 'sm_90')."""
+    match = re.fullmatch(r"gfx(\d+)([0-9a-f])([0-9a-f])", arch or "")
+    return (int(match.group(1)), int(match.group(2), 16), int(match.group(3), 16)) if match else None
+
+
 def gfx_major(arch):
-    match = re.match(r"gfx(\d+?)(\d[0-9a-f]{2})$", arch or "")
-    return int(match.group(1)) if match else None
+    version = gfx_version(arch)
+    return version[0] if version else None
 
 
 def check_hsa_override(facts):
@@ -73,12 +82,47 @@ def check_hsa_override(facts):
     return [], [f"HSA_OVERRIDE_GFX_VERSION={value} is set (AMD: meant for internal debugging, not a workaround)"]
 
 
+def cuda_capability(arch):
+    """'sm_89' -> 89, 'compute_120' -> 120, 'sm_90a' -> 90 (arch-specific and family suffixes dropped)."""
+    match = re.fullmatch(r"(?:sm|compute)_(\d+)[af]?", arch)
+    return int(match.group(1)) if match else None
+
+
+# Jetson iGPUs run only cubins built for them: torch's DEVICE_REQUIREMENT keeps them out of
+# their major's range (https://github.com/pytorch/pytorch/blob/main/torch/cuda/__init__.py)
+TEGRA_CAPABILITIES = {53, 62, 72, 87}
+
+
+def wheel_runs_on(arch, arch_list):
+    """Whether a wheel built for `arch_list` has code the GPU `arch` can run.
+
+    CUDA, as the driver loads code: a cubin sm_XY runs on the same major with an equal or
+    higher minor (an arch-specific sm_XYa and Tegra parts only on their own), and PTX
+    compute_XY is JIT-compiled for any device of capability XY or newer. ROCm: code objects are per ISA, so the bare gfx name must
+    be in the list (torch itself checks nothing on ROCm).
+    """
+    if not arch.startswith("sm_"):
+        return arch in {a.split(":")[0] for a in arch_list}
+    device = cuda_capability(arch)
+    for entry in arch_list:
+        code = cuda_capability(entry)
+        if code is None:
+            continue
+        if entry.startswith("compute_") and code <= device:
+            return True
+        exact_only = entry.endswith("a") or device in TEGRA_CAPABILITIES
+        if entry.startswith("sm_") and (code == device or (
+                not exact_only and code // 10 == device // 10 and code % 10 <= device % 10)):
+            return True
+    return False
+
+
 def check_arch_in_wheel(facts):
     archs = sorted({d["arch"] for d in facts["devices"] if d and d.get("arch")})
     if not archs:
         raise rocmcheck.Skip("no GPU visible: nothing to compare with the wheel's arch list")
     arch_list = facts["arch_list"]
-    missing = [a for a in archs if a not in arch_list and a.replace("sm_", "compute_") not in arch_list]
+    missing = [a for a in archs if not wheel_runs_on(a, arch_list)]
     if missing:
         return [f"GPU arch {', '.join(missing)} is not in this wheel's arch list ({' '.join(arch_list) or 'empty'}): "
                 f"expect 'invalid device function'"], []
@@ -124,15 +168,33 @@ def check_python_version(facts):
     return [], []
 
 
+TF32_ENV = {
+    "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "makes PyTorch run fp32 matmuls in TF32 (about 1e-3 relative error instead "
+                                        "of 1e-7) whatever allow_tf32 says; NVIDIA's PyTorch containers set it",
+    "HIPBLASLT_ALLOW_TF32": "lets hipBLASLt run fp32 GEMMs in TF32 (xf32) where torch's TF32 setting asks for it "
+                            "(gfx942 and newer; PR #139869)",
+}
+FALSE_WORDS = ("", "0", "false", "no", "off")
+
+
+def check_tf32_override(facts):
+    """Environment variables that make fp32 GEMMs silently TF32 (a warning: a choice, not a fault)."""
+    env = facts["env"]
+    risks = [f"{name}={env[name]} {what}: fp32 results lose precision; rocmcheck pins full fp32 in its own checks"
+             for name, what in TF32_ENV.items() if env.get(name, "").strip().lower() not in FALSE_WORDS]
+    return [], risks
+
+
 CHECK_FUNCS = {"hsa-override": check_hsa_override, "arch-in-wheel": check_arch_in_wheel,
                "torch-int1": check_torch_int1, "alloc-conf": check_alloc_conf,
-               "python-version": check_python_version}
+               "python-version": check_python_version, "tf32-override": check_tf32_override}
 
 
-def gather_facts():
+def gather_facts(run_facts):
+    """The run's device facts (gathered once per run by the runner), else this child's own."""
     from rocmcheck.fingerprint import device_facts, env_vars, kfd_gfx_targets, package_versions
 
-    dev = device_facts()
+    dev = run_facts if run_facts.get("torch") else device_facts()
     return {"env": env_vars(), "kfd_gfx_targets": kfd_gfx_targets(), "packages": package_versions(),
             "python": sys.version.split()[0], "torch": dev.get("torch"), "has_int1": dev.get("has_int1", False),
             "arch_list": dev.get("arch_list") or [], "devices": dev.get("devices") or [],
@@ -143,14 +205,14 @@ def gather_facts():
     "config-lint",
     title="Configuration lint",
     targets="stale HSA_OVERRIDE_GFX_VERSION, arch missing from the wheel, torch<2.6 with torchao/torchtune, "
-            "allocator variable this build ignores, Python too new for torch",
+            "allocator variable this build ignores, Python too new for torch, TF32 forced on by the environment",
     links=LINKS,
     timeout=60,
     gate=True,
     variants={"check": CHECKS},
 )
 def config_lint(ctx, check):
-    problems, risks = CHECK_FUNCS[check](gather_facts())
+    problems, risks = CHECK_FUNCS[check](gather_facts(ctx.device_facts))
     for risk in risks:
         ctx.warn(risk)
     assert not problems, "; ".join(problems)

@@ -2,7 +2,7 @@
 
 Targets silent zeros on tall-skinny shapes (hipBLASLt on gfx1201, rocm-libraries #5706),
 split-K NaN (bf16 546x2560 @ 2560x9728 on gfx950, rocm-libraries #9055), TF32 accuracy
-(PR #188168) and backend-specific breakage (failure catalogue §9). Variants are dtype x
+(PR #188168) and backend-specific breakage (docs/failure-catalogue.md §9). Variants are dtype x
 BLAS backend: `default` is whatever torch picked, `cublas` / `cublaslt` force
 `torch.backends.cuda.preferred_blas_library` (rocBLAS/hipBLAS and hipBLASLt on ROCm), so the
 matrix shows whether the known workaround, another backend, helps. The CPU has one BLAS:
@@ -11,7 +11,10 @@ there only the `default` variants run and the others skip with the reason.
 Inputs are uniform in [0.25, 1), rounded to the dtype by numpy, so every product is positive:
 an exact zero or a NaN anywhere in the whole output is a hard failure without a full
 reference, and the error relative to the float64 reference equals the error relative to
-|A|.|B|. The float64 reference covers sampled rows. On the CPU the tall-skinny, split-K,
+|A|.|B|. The float64 reference covers sampled rows element by element, and every row through
+its sum: sum_j (A B)_ij = A_i . (B 1), in O(mk). With positive terms the error of a row sum
+is at most the sum of its elements' allowed errors, so the dtype's tolerance applies to it
+unchanged: a wrong tile anywhere fails, however few rows are sampled. On the CPU the tall-skinny, split-K,
 square and batched shapes are scaled down (measured as `cpu_scaled`) to keep the self-test short.
 """
 from __future__ import annotations
@@ -92,20 +95,22 @@ def product(ctx: rocmcheck.ProbeContext, a: Any, b: Any, dtype: str) -> Any:
     return compare.to_numpy(out).astype(np.float64)
 
 
-def check_shape(ctx: rocmcheck.ProbeContext, name: str, dtype: str, seed: int, tol_name: str = "") -> Tuple[Any, Any]:
-    """Run one shape; returns (CloseCheck on sampled rows, full-output counts)."""
+def check_shape(ctx: rocmcheck.ProbeContext, name: str, dtype: str, seed: int,
+                tol_name: str = "") -> Tuple[Any, Any, Any]:
+    """Run one shape; returns (CloseCheck on sampled rows, CloseCheck on every row's sum, full-output counts)."""
     import numpy as np
 
     shape = shape_for(ctx, name)
     a, b = operands(shape, dtype, seed)
     got = product(ctx, a, b, dtype)
     m = shape[1]
+    tol = compare.TOLERANCE[tol_name or dtype]
     rows = np.sort(np.random.default_rng(seed).choice(m, min(m, SAMPLED_ROWS), replace=False))
-    want = a[..., rows, :] @ b
-    check = compare.close(got[..., rows, :], want, dtype, tol=compare.TOLERANCE[tol_name or dtype])
+    check = compare.close(got[..., rows, :], a[..., rows, :] @ b, dtype, tol=tol)
+    row_sums = compare.close(got.sum(-1), (a @ b.sum(-1)[..., None])[..., 0], dtype, tol=tol)
     counts = {"zeros": int(np.count_nonzero(got == 0)), "nans": int(np.count_nonzero(np.isnan(got))),
               "elements": int(got.size)}
-    return check, counts
+    return check, row_sums, counts
 
 
 def tf32_report(ctx: rocmcheck.ProbeContext) -> Dict[str, Any]:
@@ -117,7 +122,7 @@ def tf32_report(ctx: rocmcheck.ProbeContext) -> Dict[str, Any]:
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True
     try:
-        check, _ = check_shape(ctx, "square", "float32", seed=0, tol_name="tf32")
+        check, _, _ = check_shape(ctx, "square", "float32", seed=0, tol_name="tf32")
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
     return {"tf32_max_err": check.max_err, "tf32_within_2e-3": check.ok}
@@ -134,18 +139,22 @@ def tf32_report(ctx: rocmcheck.ProbeContext) -> Dict[str, Any]:
 )
 def gemm(ctx: rocmcheck.ProbeContext, dtype: str, blas: str) -> None:
     name = DTYPES[dtype]
+    ctx.strict_fp32()
     backend = select_backend(ctx, blas)
     ctx.measure(blas=backend, cpu_scaled=not ctx.on_gpu)
     failures: List[str] = []
     for seed, shape in enumerate(SHAPES):
-        check, counts = check_shape(ctx, shape, name, seed)
+        check, row_sums, counts = check_shape(ctx, shape, name, seed)
         label = "x".join(str(d) for d in shape_for(ctx, shape) if d)  # batch x m x k x n, no batch for 2-D
         ctx.measure(**{f"{shape}_shape": label, f"{shape}_max_err": check.max_err,
+                       f"{shape}_row_sum_max_err": row_sums.max_err,
                        f"{shape}_zeros": counts["zeros"], f"{shape}_nans": counts["nans"]})
         problems = [f"{counts[k]} {label} of {counts['elements']}" for k, label in (("zeros", "exact zeros"),
                                                                                     ("nans", "NaN")) if counts[k]]
         if not check.ok:
             problems.append(f"sampled rows: {check.summary()}")
+        if not row_sums.ok:
+            problems.append(f"row sums: {row_sums.summary()}")
         if problems:
             failures.append(f"{shape} {label}: {', '.join(problems)}")
     if name == "float32":

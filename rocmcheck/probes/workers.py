@@ -5,7 +5,7 @@ tensors shared with another process (torch.multiprocessing) whose changes do not
 back: "PyTorch multiprocess fails to create memory with IPC" on ROCm (pytorch #143728,
 ROCR-Runtime #270), cross-process races (pytorch PR #171346). On Windows, sharing GPU
 tensors between processes is documented as unsupported (pytorch #13117): that is a
-skip with the reason, not a failure. Facts: failure catalogue §8.
+skip with the reason, not a failure. Facts: docs/failure-catalogue.md §8.
 """
 import sys
 

@@ -1,7 +1,7 @@
 """Device smoke: the first kernel and reduction on the device, checked against numpy.
 
 Targets "Memory access fault by GPU node-N ... on address (nil)", "invalid device
-function" and HSA aborts on the very first `.cuda()` (failure catalogue §6, §10).
+function" and HSA aborts on the very first `.cuda()` (docs/failure-catalogue.md §6, §10).
 Those failures kill the process; the runner turns the signal and the stderr
 signature into a `crash` verdict naming them.
 """
@@ -40,3 +40,4 @@ def device_smoke(ctx):
     mean = float(torch.ones(1 << 16, device=ctx.device, dtype=torch.float32).mean().item())
     assert mean == 1.0, f"mean of 65536 ones is {mean}, expected 1.0"
     return {"elements": n}
+

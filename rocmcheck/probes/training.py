@@ -2,7 +2,7 @@
 weights and data, in float64 on the CPU.
 
 Targets training that silently goes wrong: zero or NaN gradients, a loss that does not fall,
-results far from the CPU's (the seeds' 2.9M-parameter model and bf16 zeros; failure catalogue
+results far from the CPU's (the seeds' 2.9M-parameter model and bf16 zeros; docs/failure-catalogue.md
 §2, §9). The model is a causal transformer (embedding 256, 8 heads, feed-forward 512, 4 layers,
 2.4M parameters, like the seeds') trained with AdamW on one fixed batch; on `--device cpu`,
 where the run is a self-test of the checks, it shrinks to 0.1M parameters (`params` says so). Variants: plain, gradient checkpointing,
@@ -219,6 +219,7 @@ def frozen_base_changed(before: Dict[str, Any], model: Any) -> List[str]:
 )
 def training(ctx: rocmcheck.ProbeContext, mode: str) -> None:
     autocast, lr, loss_tol, grad_tol = MODES[mode]
+    ctx.strict_fp32()
     cfg = CONFIGS["gpu" if ctx.on_gpu else "cpu"]
     model = build_model(cfg, checkpointing=mode == "checkpoint")
     if mode == "lora":

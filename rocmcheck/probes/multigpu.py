@@ -4,7 +4,7 @@ Targets the seeds' DataParallel deadlock, RCCL/NCCL collectives that hang (ROCm/
 #1129 without iommu=pt; ROCm/vllm #390 and rocm-systems #11348 unless
 NCCL_P2P_DISABLE=1), peer copies that silently corrupt data (legacy-rocm-build #6342,
 rocm-systems #5109), mixed-architecture machines, and FSDP failing to initialise.
-Facts: failure catalogue §5.
+Facts: docs/failure-catalogue.md §5.
 
 The distributed checks are an ordinary torch.distributed program: this file is also the
 rank program. Inside rocmcheck the probe starts two ranks on this machine (forked on
@@ -173,6 +173,7 @@ def multigpu_dataparallel(ctx):
 
     import torch
 
+    ctx.strict_fp32()
     x_np, _ = batch(64)
     model = small_mlp(torch)
     ref = copy.deepcopy(model).double()
@@ -290,6 +291,9 @@ def rank_main(argv):
     import torch
     import torch.distributed as dist
 
+    from rocmcheck.context import pin_fp32
+
+    fp32_flags = pin_fp32()  # the DDP/FSDP steps are held to fp32 tolerances
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     device = torch.device("cuda", local) if args.backend == "nccl" else torch.device("cpu")
@@ -303,7 +307,8 @@ def rank_main(argv):
         results[name] = RANK_CHECKS[name](torch, dist, device, rank, world)
     dist.destroy_process_group()
     faulthandler.cancel_dump_traceback_later()
-    line = json.dumps({"rank": rank, "world": world, "backend": args.backend, "checks": results})
+    line = json.dumps({"rank": rank, "world": world, "backend": args.backend, "fp32_flags": fp32_flags,
+                       "checks": results})
     if args.result:
         with open(args.result, "w") as fh:
             fh.write(line)
@@ -327,6 +332,23 @@ def _forked_rank(env, argv):
     sys.exit(rank_main(argv))
 
 
+def rocmcheck_path_env():
+    """PYTHONPATH for fresh rank interpreters that makes this `rocmcheck` importable.
+
+    From a source checkout (nothing installed) the ranks, started as `python <probes>/multigpu.py`,
+    would otherwise fail on `import rocmcheck`. Site directories are on every interpreter's path
+    already and are not repeated (a site directory in PYTHONPATH would come before the stdlib).
+    """
+    import site
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(rocmcheck.__file__)))
+    current = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sites = {os.path.abspath(p) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    if root in sites or root in current:
+        return {}
+    return {"PYTHONPATH": os.pathsep.join([*current, root])}
+
+
 def start_ranks(backend, workdir, timeout):
     """WORLD ranks on this machine: forked when torch never touched a GPU here, else fresh interpreters."""
     import multiprocessing
@@ -345,7 +367,8 @@ def start_ranks(backend, workdir, timeout):
             process = multiprocessing.get_context("fork").Process(target=_forked_rank, args=(env, argv))
             process.start()
         else:
-            process = subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv], env={**os.environ, **env})
+            process = subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv],
+                                       env={**os.environ, **rocmcheck_path_env(), **env})
         ranks.append(process)
     return ranks
 
@@ -373,17 +396,19 @@ def report_hang_to_watchdog(stacks):
     """
     for rank, text in stacks.items():
         print(f"rank {rank} did not finish; its stack:\n{text}", flush=True)
+    # last, so the evidence's capped output tail names every stuck rank however long the stacks are
+    print("; ".join(f"rank {rank} did not finish" for rank in stacks), flush=True)
     threading.Event().wait()
 
 
 def run_distributed(ctx, backend):
     import tempfile
 
-    import psutil
-
-    alive_s = time.time() - psutil.Process().create_time()  # the watchdog's clock started with this process
+    # the watchdog's clock started with the task, not with this process: under spawn isolation a
+    # standby interpreter may have waited through the previous probe before it got this task
+    rank_timeout = max(ctx.timeout - HANG_MARGIN_S - (time.time() - ctx.started), 1.0)
+    ctx.measure(rank_timeout_s=round(rank_timeout, 2))
     with tempfile.TemporaryDirectory(prefix="rocmcheck-ranks-") as workdir:
-        rank_timeout = max(ctx.timeout - HANG_MARGIN_S - alive_s, 1.0)
         ranks = start_ranks(backend, workdir, rank_timeout)
         codes = wait_ranks(ranks, rank_timeout + HANG_MARGIN_S / 2)
         results, stacks = {}, {}
@@ -398,8 +423,9 @@ def run_distributed(ctx, backend):
     missing = [f"rank {r} exited with {codes[r]} without a result" for r in range(WORLD) if r not in results]
     if missing:
         raise RuntimeError("; ".join(missing))
-    checks = {r: json.loads(text)["checks"] for r, text in results.items()}
-    ctx.measure(ranks=checks)
+    lines = {r: json.loads(text) for r, text in results.items()}
+    checks = {r: line["checks"] for r, line in lines.items()}
+    ctx.measure(ranks=checks, rank_fp32_flags={r: line["fp32_flags"] for r, line in lines.items()})
     problems = [f"rank {r} {name}: {c['message']}" for r, rc in checks.items() for name, c in rc.items() if not c["ok"]]
     assert not problems, "; ".join(problems)
 

@@ -1,0 +1,315 @@
+"""What GPUs the host has, read without torch, and which torch build can use them.
+
+A GPU host whose torch cannot see its GPU (a CPU or CUDA wheel on an AMD machine, a
+container started without its device nodes, a user outside the `render` group, a
+`HIP_VISIBLE_DEVICES` that hides every card) must never pass as a CPU self-test. So the
+host's own view comes from files, not from torch: PCI display and accelerator functions
+by vendor, the KFD topology (`gfx_target_version` per GPU node), `/dev/kfd` and render
+nodes, `/proc/driver/nvidia`, WSL's `/dev/dxg`. `torch_problem` compares it with what
+torch reported from a child; `torch_choice` names the build to install, for `make gate`,
+for the no-torch message and for the NO-GO alike.
+
+Every path is read under a root, `/` unless `ROCMCHECK_HOST_ROOT` names a fixture tree.
+Run as `python -m rocmcheck.hostgpu` to print the pip arguments for this host's torch.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import stat
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+HOST_ROOT_ENV = "ROCMCHECK_HOST_ROOT"
+TORCH_INDEX_ENV = "ROCMCHECK_TORCH_INDEX"  # an index URL that overrides the choice below
+# PyTorch's own wheel index for ROCm builds (the ROCm release it was built against is in the name);
+# https://pytorch.org/get-started/locally/ lists the current one.
+ROCM_INDEX = "https://download.pytorch.org/whl/rocm6.4"
+CUDA_WINDOWS_INDEX = "https://download.pytorch.org/whl/cu128"  # pip's default torch on Windows is a CPU build
+VENDORS = {"0x1002": "amd", "0x10de": "nvidia", "0x8086": "intel"}
+# PCI base classes of a GPU: 0x03 display (VGA 0x0300, 3D 0x0302, other 0x0380), 0x12 processing accelerator
+GPU_CLASSES = ("0x03", "0x12")
+USABLE_DRIVERS = {"amd": "amdgpu", "nvidia": "nvidia"}
+BUILD_NAMES = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU", "default": "default", "override": "chosen"}
+WANTS = {"amd": "rocm", "nvidia": "cuda"}  # the build that computes on each vendor's GPUs
+VISIBLE_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+
+
+def host_root() -> Path:
+    return Path(os.environ.get(HOST_ROOT_ENV) or "/")
+
+
+def _read(path: Path) -> Optional[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+
+
+def _int(text: Optional[str]) -> Optional[int]:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class PciGpu:
+    """One PCI function of a GPU vendor in a GPU class, with its PCIe link."""
+
+    address: str  # 0000:03:00.0
+    vendor: str  # amd, nvidia, intel or the raw id
+    device_id: Optional[str]
+    pci_class: Optional[str]
+    driver: Optional[str]  # amdgpu, nvidia, vfio-pci, or None when no driver is bound
+    link_speed: Optional[str] = None  # "16.0 GT/s PCIe"
+    link_width: Optional[int] = None
+    max_link_speed: Optional[str] = None
+    max_link_width: Optional[int] = None
+
+    @property
+    def usable_here(self) -> bool:
+        """Bound to the vendor's compute driver (not vfio-pci for a VM, not unbound)."""
+        return self.driver == USABLE_DRIVERS.get(self.vendor)
+
+
+@dataclass(frozen=True)
+class NodeAccess:
+    path: str
+    readable_writable: bool
+
+
+@dataclass
+class HostGpus:
+    pci: List[PciGpu] = field(default_factory=list)
+    kfd_gfx_targets: List[int] = field(default_factory=list)  # 110000 = gfx1100
+    amdgpu_version: Optional[str] = None  # the amdgpu/KFD module's version (DKMS builds have one)
+    nvidia_driver: Optional[str] = None  # from /proc/driver/nvidia/version
+    nvidia_proc_gpus: List[str] = field(default_factory=list)  # bus ids under /proc/driver/nvidia/gpus
+    dev_kfd: Optional[NodeAccess] = None
+    render_nodes: List[NodeAccess] = field(default_factory=list)
+    nvidia_nodes: List[NodeAccess] = field(default_factory=list)  # /dev/nvidia0..N
+    wsl_dxg: bool = False
+    wsl_vendor: Optional[str] = None  # nvidia when WSL's libcuda is there
+    visible_devices: Dict[str, str] = field(default_factory=dict)
+
+    def gpus(self, vendor: str) -> int:
+        """How many GPUs of `vendor` this host could compute on (PCI, KFD or WSL)."""
+        pci = sum(1 for g in self.pci if g.vendor == vendor and g.usable_here)
+        if vendor == "amd":
+            pci = max(pci, len(self.kfd_gfx_targets))
+        if vendor == "nvidia":
+            pci = max(pci, len(self.nvidia_proc_gpus))
+        if self.wsl_dxg and self.wsl_vendor == vendor:
+            pci = max(pci, 1)
+        return pci
+
+    @property
+    def vendors(self) -> List[str]:
+        return [v for v in ("amd", "nvidia") if self.gpus(v)]
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data["gpus"] = {v: self.gpus(v) for v in ("amd", "nvidia")}
+        return data
+
+
+def read_pci(root: Path) -> List[PciGpu]:
+    found = []
+    for dev in sorted((root / "sys/bus/pci/devices").glob("*")):
+        vendor_id, pci_class = _read(dev / "vendor"), _read(dev / "class")
+        if vendor_id not in VENDORS or not (pci_class or "").startswith(GPU_CLASSES):
+            continue
+        driver = dev / "driver"
+        found.append(PciGpu(
+            address=dev.name, vendor=VENDORS[vendor_id], device_id=_read(dev / "device"), pci_class=pci_class,
+            driver=os.path.basename(os.readlink(driver)) if driver.is_symlink() else None,
+            link_speed=_read(dev / "current_link_speed"), link_width=_int(_read(dev / "current_link_width")),
+            max_link_speed=_read(dev / "max_link_speed"), max_link_width=_int(_read(dev / "max_link_width"))))
+    return found
+
+
+def pci_device(address: str, root: Optional[Path] = None) -> Optional[PciGpu]:
+    """The GPU function at `address` (any case, with or without the domain), if the host has it."""
+    want = address.lower() if address.count(":") == 2 else f"0000:{address.lower()}"
+    return next((g for g in read_pci(root or host_root()) if g.address.lower() == want), None)
+
+
+def read_kfd_targets(root: Path) -> List[int]:
+    targets = []
+    for props in sorted((root / "sys/class/kfd/kfd/topology/nodes").glob("*/properties")):
+        match = re.search(r"^gfx_target_version (\d+)", _read(props) or "", re.M)
+        if match and int(match.group(1)):  # CPU nodes have 0
+            targets.append(int(match.group(1)))
+    return targets
+
+
+def node_access(path: Path, uid: int, gids: Sequence[int]) -> NodeAccess:
+    """Can this identity open the node for reading and writing? (From its mode, so a test can
+    ask for a user outside the `render` group even when the suite runs as root.)"""
+    try:
+        st = path.stat()
+    except OSError:
+        return NodeAccess(str(path), False)
+    mode = st.st_mode
+    if uid == 0:
+        ok = True
+    elif st.st_uid == uid:
+        ok = mode & (stat.S_IRUSR | stat.S_IWUSR) == (stat.S_IRUSR | stat.S_IWUSR)
+    elif st.st_gid in gids:
+        ok = mode & (stat.S_IRGRP | stat.S_IWGRP) == (stat.S_IRGRP | stat.S_IWGRP)
+    else:
+        ok = mode & (stat.S_IROTH | stat.S_IWOTH) == (stat.S_IROTH | stat.S_IWOTH)
+    return NodeAccess(str(path), ok)
+
+
+def _identity() -> Tuple[int, List[int]]:
+    if not hasattr(os, "geteuid"):
+        return 0, []
+    return os.geteuid(), sorted({os.getegid(), *os.getgroups()})
+
+
+def read(root: Optional[Path] = None, identity: Optional[Tuple[int, Sequence[int]]] = None,
+         environ: Optional[Dict[str, str]] = None) -> HostGpus:
+    """The host's GPUs. Never raises: what cannot be read is simply absent."""
+    root = root or host_root()
+    uid, gids = identity or _identity()
+    environ = os.environ if environ is None else environ
+    dev = root / "dev"
+    nvidia_version = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)",
+                               _read(root / "proc/driver/nvidia/version") or "")
+    wsl_lib = root / "usr/lib/wsl/lib"
+    host = HostGpus(
+        pci=_guard(lambda: read_pci(root), []),
+        kfd_gfx_targets=_guard(lambda: read_kfd_targets(root), []),
+        amdgpu_version=_read(root / "sys/module/amdgpu/version"),
+        nvidia_driver=nvidia_version.group(1) if nvidia_version else None,
+        nvidia_proc_gpus=sorted(p.name for p in _guard(lambda: list((root / "proc/driver/nvidia/gpus").iterdir()), [])),
+        dev_kfd=node_access(dev / "kfd", uid, gids) if (dev / "kfd").exists() else None,
+        render_nodes=[node_access(p, uid, gids) for p in sorted(_guard(lambda: list((dev / "dri").glob("renderD*")), []))],
+        nvidia_nodes=[node_access(p, uid, gids) for p in sorted(dev.glob("nvidia[0-9]*"))] if dev.is_dir() else [],
+        wsl_dxg=(dev / "dxg").exists(),
+        wsl_vendor="nvidia" if any(wsl_lib.glob("libcuda.so*")) else None,
+        visible_devices={k: environ[k] for k in VISIBLE_VARS if k in environ},
+    )
+    return host
+
+
+def _guard(fn: Any, default: Any) -> Any:
+    try:
+        return fn()
+    except OSError:
+        return default
+
+
+# --- which torch -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TorchChoice:
+    build: str  # rocm, cuda or default
+    pip_args: Tuple[str, ...]  # after `pip install`
+    reason: str
+
+    def command(self, python: str = "python") -> str:
+        return f"{python} -m pip install " + " ".join(self.pip_args)
+
+
+def torch_choice(host: HostGpus, requirement: Optional[str] = None, index: Optional[str] = None,
+                 no_gpu_requirement: str = "torch", platform: str = sys.platform) -> TorchChoice:
+    """The torch build that fits this host. `requirement` (a version spec) and `index` (or
+    $ROCMCHECK_TORCH_INDEX) always win; `no_gpu_requirement` is what a host without GPUs gets."""
+    index = index or os.environ.get(TORCH_INDEX_ENV) or None
+    amd, nvidia = host.gpus("amd"), host.gpus("nvidia")
+    if index:
+        return TorchChoice("override", (requirement or "torch", "--index-url", index), f"the index {index} was asked for")
+    if amd and not nvidia:
+        return TorchChoice("rocm", (requirement or "torch", "--index-url", ROCM_INDEX),
+                           f"this host has {amd} AMD GPU{'s' * (amd > 1)}: PyTorch's ROCm build")
+    if nvidia:
+        also = f" (and {amd} AMD)" if amd else ""
+        extra = ("--index-url", CUDA_WINDOWS_INDEX) if platform == "win32" else ()
+        return TorchChoice("cuda", (requirement or "torch", *extra),
+                           f"this host has {nvidia} NVIDIA GPU{'s' * (nvidia > 1)}{also}: PyTorch's CUDA build")
+    return TorchChoice("default", (requirement or no_gpu_requirement,),
+                       "this host has no GPU: the default build runs on the CPU")
+
+
+def torch_problem(host: HostGpus, facts: Dict[str, Any]) -> Optional[str]:
+    """Why torch (as the facts child saw it) cannot use this host's GPUs, or None.
+
+    Only a host with GPUs and a torch that sees none of them is a problem here; fewer GPUs
+    than the host has is for `--expect-gpus`.
+    """
+    vendors = host.vendors
+    if not vendors or int(facts.get("device_count") or 0) > 0:
+        return None
+    names = " and ".join(f"{host.gpus(v)} {v.upper() if v == 'amd' else 'NVIDIA'} GPU{'s' * (host.gpus(v) > 1)}"
+                         for v in vendors)
+    why = facts.get("error") or facts.get("torch_error")
+    if not facts.get("torch"):
+        return f"this host has {names} but torch's view of them could not be read: {why or 'no facts'}"
+    build = _build_of(facts)
+    if build not in (WANTS[v] for v in vendors):
+        choice = torch_choice(host)
+        them = "them" if sum(map(host.gpus, vendors)) > 1 else "it"
+        return (f"this host has {names} but torch {facts['torch']} is a {BUILD_NAMES[build]} build that cannot "
+                f"use {them}; install the {BUILD_NAMES[choice.build]} build: {choice.command()}")
+    hints = access_hints(host, vendors)
+    detail = f" ({why})" if why else ""
+    return (f"this host has {names} and torch {facts['torch']} is a {BUILD_NAMES[build]} build, but it sees no "
+            f"GPU{detail}" + (": " + "; ".join(hints) if hints else ""))
+
+
+def _build_of(facts: Dict[str, Any]) -> str:
+    if facts.get("hip"):
+        return "rocm"
+    return "cuda" if facts.get("cuda") else "cpu"
+
+
+def access_hints(host: HostGpus, vendors: Sequence[str]) -> List[str]:
+    """What the inventory suggests when the right build sees nothing."""
+    hints = []
+    for name, value in host.visible_devices.items():
+        hints.append(f"{name}={value!r} is set and may hide every GPU")
+    unbound = [g for g in host.pci if g.vendor in vendors and not g.usable_here]
+    for g in unbound:
+        hints.append(f"the GPU at {g.address} is bound to {g.driver or 'no driver'}, not "
+                     f"{USABLE_DRIVERS.get(g.vendor, 'its compute driver')}")
+    if "amd" in vendors:
+        if host.dev_kfd is None:
+            hints.append("/dev/kfd is missing (a container needs --device=/dev/kfd --device=/dev/dri)")
+        elif not host.dev_kfd.readable_writable:
+            hints.append("/dev/kfd is not readable and writable by this user (add the user to the 'render' group)")
+        if not host.render_nodes:
+            hints.append("no /dev/dri/renderD* node (a container needs --device=/dev/dri)")
+        elif not any(n.readable_writable for n in host.render_nodes):
+            hints.append("no render node is readable and writable by this user "
+                         "(add the user to the 'render' and 'video' groups)")
+    if "nvidia" in vendors and not host.wsl_dxg:
+        if not host.nvidia_nodes:
+            hints.append("no /dev/nvidia* device node (a container needs --gpus all)")
+        elif not any(n.readable_writable for n in host.nvidia_nodes):
+            hints.append("the /dev/nvidia* nodes are not readable and writable by this user")
+    return hints
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Print the pip arguments that install the torch build for this host (stdout) and why
+    (stderr): the torch step of `make gate`."""
+    parser = argparse.ArgumentParser(prog="python -m rocmcheck.hostgpu", description=main.__doc__)
+    parser.add_argument("--requirement", default=None, help="torch requirement for any host (overrides the choice)")
+    parser.add_argument("--index", default=None, help="wheel index URL (overrides the choice)")
+    parser.add_argument("--no-gpu-requirement", default="torch", help="torch requirement on a host without GPU")
+    args = parser.parse_args(argv)
+    choice = torch_choice(read(), args.requirement, args.index, args.no_gpu_requirement)
+    print(f"rocmcheck: installing torch: {choice.build} build, because {choice.reason}", file=sys.stderr)
+    print(" ".join(choice.pip_args))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
