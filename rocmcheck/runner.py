@@ -22,16 +22,20 @@ from typing import Any, Callable, Dict, List, Optional
 from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry
 from .errors import TorchMissing, UsageError
 from .exitcodes import describe, signal_of, signatures
-from .launch import SpawnLauncher
+from .launch import IsolationServerDied, SpawnLauncher
 from .model import DeviceInfo, Status, Variant, Verdict
 from .registry import module_file
+from .safetext import clean, clean_tree
 from .storage import Journal, SCHEMA, SCHEMA_VERSION, report_json, write_atomic
 from . import watchdog
-from .watchdog import ChildEnd, supervise
+from .watchdog import TEARDOWN_WAIT_S, ChildEnd, supervise
 
 ISOLATIONS = ("zygote", "spawn")
 GPU_VISIBLE = "gpu-visible"  # the probe that fails when the host has GPUs that torch cannot use
 FACTS_TIMEOUT_S = 120.0
+CANARY_TIMEOUT_S = 20.0  # runtime init and one tiny kernel; a device that needs longer is not usable
+CANARY_CALL = "rocmcheck.child:device_canary"
+CANARY_PROBE = "device-canary"  # the name faults are injected under: --inject hang@device-canary
 EVIDENCE_TAIL_CHARS = 4000
 
 
@@ -72,6 +76,7 @@ class RunOptions:
     md_path: Optional[Path] = None
     write_files: bool = True
     command: str = "run"
+    teardown_wait: float = TEARDOWN_WAIT_S  # how long a SIGKILLed child may take to go before it is unkillable
     needs_torch: bool = True  # False for `rocmcheck env`, which reports a missing torch as a fact
     expect_gpus: Optional[int] = None  # fewer GPUs seen fails gpu-visible (a fleet's node check)
 
@@ -104,7 +109,7 @@ class Runner:
         self.device = DeviceInfo()  # the first (or only) device under test
         self.devices: List[DeviceInfo] = [self.device]  # every device under test, one queue each
         self.facts: Dict[str, Any] = {}
-        self.wedged: Dict[str, str] = {}  # device -> the variant that left a process that cannot be killed
+        self.wedged: Dict[str, str] = {}  # device -> the variant after which its canary failed
         self.gpu_problem: Optional[str] = None  # the host has GPUs that this torch cannot use
         self.journal: Optional[Journal] = None
         self.sections: Dict[str, Any] = {}  # extra report sections (doctor's results), written with the report
@@ -122,6 +127,7 @@ class Runner:
                 "md": self.opts.md_path or base.with_suffix(".md")}
 
     def note(self, text: str) -> None:
+        text = clean(text)
         self.notes.append(text)
         self.on_note(text)
 
@@ -140,14 +146,24 @@ class Runner:
             zygote.close()
             self.isolation = "spawn"
             self.note(f"zygote unusable ({info.get('reason')}); using spawn isolation")
-        self.launcher = SpawnLauncher(paths, preload=self.opts.preload)
+        self.launcher = self._spawn_launcher()
+
+    def _spawn_launcher(self, **kwargs: Any) -> SpawnLauncher:
+        return SpawnLauncher([str(p) for p in self.opts.probes_paths], preload=self.opts.preload, on_note=self.note,
+                             **kwargs)
 
     def fall_back_to_spawn(self, why: str) -> None:
-        """A forked child could not initialise the GPU: fresh interpreters from now on."""
+        """A forked child could not initialise the GPU, or the zygote died: fresh interpreters from now on."""
         self.launcher.close()
         self.isolation = "spawn"
-        self.launcher = SpawnLauncher([str(p) for p in self.opts.probes_paths], preload=self.opts.preload)
+        self.launcher = self._spawn_launcher()
         self.note(f"fell back to spawn isolation: {why}")
+
+    def _check_server(self, when: str) -> None:
+        """The zygote died (the OOM killer picks by size, and it holds torch): say so, go on with spawn."""
+        with self._lock:  # several queues may see the death at once: one fallback
+            if self.isolation == "zygote" and self.launcher.dead:
+                self.fall_back_to_spawn(f"the isolation server died {when} ({self.launcher.death()})")
 
     def _task(self, **fields: Any) -> Dict[str, Any]:
         with self._lock:
@@ -161,18 +177,26 @@ class Runner:
         task_path = Path(task["result_path"]).with_suffix(".task")
         task_path.write_text(json.dumps(task), encoding="utf-8")
         env = {**self.opts.env, **env}
+        what = task.get("probe") or task["call"]
+        self._check_server(f"before {what}")
         launcher = self.launcher
         if (fresh or env) and self.isolation == "zygote":
-            launcher = SpawnLauncher(task["probes_paths"], prestart=False,  # env before `import torch`
-                                     preload=self.opts.preload)
-        with self._lock:  # the zygote's socket and the spawn launcher's standby serve one launch at a time
-            child = launcher.launch(str(task_path), env)
+            launcher = self._spawn_launcher(prestart=False)  # env before `import torch`
         device = task.get("device", "")
-        self._running[device] = (task.get("probe") or task.get("call"), child)
         try:
-            return supervise(child, float(task["timeout"]), task["started_path"])
+            with self._lock:  # the zygote's socket and the spawn launcher's standby serve one launch at a time
+                child = launcher.launch(str(task_path), env)
+        except IsolationServerDied:
+            self._check_server(f"as {what} was starting")
+            with self._lock:
+                child = self.launcher.launch(str(task_path), env)
+        self._running[device] = (what, child)
+        try:
+            end = supervise(child, float(task["timeout"]), task["started_path"], teardown_wait=self.opts.teardown_wait)
         finally:
             self._running.pop(device, None)
+        self._check_server(f"while {what} ran")
+        return end
 
     # --- device ------------------------------------------------------------------------
 
@@ -183,7 +207,7 @@ class Runner:
         task = self._task(call="rocmcheck.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S)  # faults: in_facts only
         end = self._launch(task, {}, fresh=False)
         result = _read_result(task["result_path"])
-        self.facts = (result or {}).get("data") or {"error": _end_summary(end)}
+        self.facts = clean_tree((result or {}).get("data") or {"error": _end_summary(end)})
         if self.facts.get("torch_error") and self.opts.needs_torch:
             choice = hostgpu.torch_choice(hostgpu.read())
             raise TorchMissing(f"torch cannot be imported here ({self.facts['torch_error']}), so nothing can be "
@@ -259,7 +283,7 @@ class Runner:
         if self.gpu_problem and spec.id != GPU_VISIBLE:
             reason = f"not run: torch cannot use this host's GPU (see {GPU_VISIBLE})"
         if reason is None and self.wedged.get(device.name) and device.kind == "gpu":
-            reason = f"skipped: an earlier probe ({self.wedged[device.name]}) left a process that cannot be killed"
+            reason = f"skipped: device unusable after {self.wedged[device.name]}"
         if reason:
             return Verdict(spec.id, variant.id, Status.SKIP, dict(variant.params), reason)
         timeout = timeout or self.opts.timeout or spec.timeout
@@ -280,9 +304,29 @@ class Runner:
         if device.kind == "gpu" and verdict.status.is_bad:
             verdict.evidence.update(kernellog.evidence(log_since))
         verdict.env = {**self.opts.env, **variant_env}
-        if end.unkillable:
-            self.wedged[device.name] = variant.id
+        if verdict.status is Status.HANG and device.kind == "gpu":
+            verdict.evidence["device_canary"] = self.device_canary(variant.id, device)
         return verdict
+
+    def device_canary(self, after: str, device: DeviceInfo) -> Dict[str, Any]:
+        """After a hang on the GPU: does a tiny kernel in a fresh child still run? If not, the
+        remaining GPU probes are skipped ("device unusable after <variant>")."""
+        task = self._task(call=CANARY_CALL, probe=CANARY_PROBE, device=device.name, timeout=CANARY_TIMEOUT_S)
+        end = self._launch(task, {}, fresh=False)
+        result = _read_result(task["result_path"])
+        data = (result or {}).get("data") or {}
+        usable = not end.timed_out and bool(data.get("ok"))
+        why = (f"no answer within {CANARY_TIMEOUT_S:g}s" if end.timed_out else
+               data.get("problem") or (result or {}).get("message") or _end_summary(end))
+        outcome = {"usable": usable, "elapsed_s": round(end.elapsed_s, 3), **({} if usable else {"problem": why})}
+        if usable:
+            self.note(f"device canary after the hang of {after}: a kernel ran in {end.elapsed_s:.2f}s; "
+                      f"the remaining GPU probes run")
+        else:
+            self.wedged[device.name] = after
+            self.note(f"device canary on {device.name} after the hang of {after} failed ({why}); "
+                      f"the remaining probes on that GPU are skipped")
+        return clean_tree(outcome)
 
     # --- the whole run -----------------------------------------------------------------
 
@@ -437,12 +481,20 @@ def _read_text(path: str) -> str:
         return ""
 
 
+# What assembly reads from a result file, by type: a field of another type (a probe that
+# wrote the file itself) is dropped, not a traceback.
+RESULT_TYPES = {"message": str, "measurements": dict, "exception": dict, "faults_installed": list,
+                "probe_s": (int, float), "data": dict}
+
+
 def _read_result(path: str) -> Optional[Dict[str, Any]]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("status") in {s.value for s in Status} else None
+    if not isinstance(data, dict) or data.get("status") not in {s.value for s in Status}:
+        return None
+    return {k: v for k, v in data.items() if k not in RESULT_TYPES or isinstance(v, RESULT_TYPES[k])}
 
 
 def _end_summary(end: ChildEnd) -> str:
@@ -452,6 +504,8 @@ def _end_summary(end: ChildEnd) -> str:
 def evidence_of(end: ChildEnd, stack: str) -> Dict[str, Any]:
     evidence: Dict[str, Any] = {"exit": describe(end.returncode, os.name == "nt"), "returncode": end.returncode,
                                 "elapsed_s": round(end.elapsed_s, 3)}
+    if end.lost:
+        evidence["exit"] = "unknown: the isolation server that would report it died"
     if signal_of(end.returncode):
         evidence["signal"] = describe(end.returncode)
     if end.output:
@@ -467,7 +521,10 @@ def evidence_of(end: ChildEnd, stack: str) -> Dict[str, Any]:
     if end.kill_steps:
         evidence["kill_steps"] = end.kill_steps
     if end.leftovers_killed:
-        evidence["leftover_processes_killed"] = end.leftovers_killed
+        evidence["leftover_processes_killed"] = len(end.leftovers_killed)
+        evidence["leftover_processes"] = end.leftovers_killed
+    if "SIGKILL" in end.kill_steps:
+        evidence["teardown"] = {"waited_s": round(end.teardown_s, 3), "states_seen": end.teardown_states}
     if end.unkillable:
         evidence["unkillable"] = end.state
     return evidence
@@ -479,8 +536,6 @@ def _no_result(end: ChildEnd) -> tuple:
         return Status.CRASH, "killed by SIGKILL, not by rocmcheck: possibly the kernel's OOM killer"
     if sig:
         return Status.CRASH, f"crashed: {describe(end.returncode)}"
-    if end.returncode is None:
-        return Status.ERROR, "lost track of the child (isolation server died)"
     if end.returncode != 0:
         return Status.CRASH, f"exited with {describe(end.returncode, os.name == 'nt')} without a result"
     return Status.ERROR, "exited without a result (exit 0): no verdict was reported"
@@ -502,14 +557,16 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
                       f"({', '.join(end.kill_steps)})"
         if end.unkillable:
             message = f"no verdict within {timeout:g}s and the child could not be killed " \
-                      f"(state {end.state.get('status', '?')}); remaining GPU probes skipped"
+                      f"(state {end.state.get('status', '?')} {end.teardown_s:.0f}s after SIGKILL)"
+    elif result is None and end.lost:
+        status, message = Status.CRASH, "the isolation server died, and the child ended without a result"
     elif result is None:
         status, message = _no_result(end)
     else:
         status, message = Status(result["status"]), result.get("message", "")
         measurements = result.get("measurements") or {}
         if result.get("exception") and status in (Status.FAIL, Status.ERROR):
-            evidence["traceback"] = result["exception"].get("traceback", "")[-EVIDENCE_TAIL_CHARS:]
+            evidence["traceback"] = str(result["exception"].get("traceback", ""))[-EVIDENCE_TAIL_CHARS:]
             found = signatures(message + "\n" + evidence["traceback"])
             if found:
                 evidence["signatures"] = sorted(set(evidence.get("signatures", [])) | set(found))
@@ -517,5 +574,5 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
             evidence["faults_injected"] = result["faults_installed"]
         if "probe_s" in result:
             measurements.setdefault("probe_s", round(result["probe_s"], 4))
-    return Verdict(variant.spec.id, variant.id, status, dict(variant.params), message,
-                   round(end.elapsed_s, 4), measurements, evidence)
+    return Verdict(variant.spec.id, variant.id, status, dict(variant.params), clean(message),
+                   round(end.elapsed_s, 4), clean_tree(measurements), clean_tree(evidence))
