@@ -37,7 +37,7 @@ def test_every_variant_passes_without_faults_or_skips_with_its_reason(rocm_run):
         else:
             assert v["status"] == "pass", (variant, v["message"])
     transfer = verdicts["transfer[to-isolated]"]["measurements"]
-    assert transfer["copies"] == 32 and transfer["bfloat16_mismatches"] == 0 and transfer["gbps"] > 0
+    assert transfer["copies"] == 32 and transfer["bfloat16_mismatches"] == 0
     assert verdicts["gemm[fp32-default]"]["measurements"]["blas"].startswith("cpu")
     assert verdicts["training[bf16-autocast]"]["measurements"]["grad_rel_err"] > 0  # a real comparison ran
 
