@@ -28,7 +28,7 @@ $(VENV)/.installed: pyproject.toml
 			$(if $(TORCH),--requirement "$(TORCH)") $(if $(TORCH_INDEX),--index "$(TORCH_INDEX)")) && \
 		echo "$(BIN)/python -m pip install -q $$args" && $(BIN)/python -m pip install -q $$args; \
 	fi
-	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q -e ".[test,hf]"
 	touch $@
 
 gate: $(VENV)/.installed

@@ -119,7 +119,8 @@ def run_probe(task: Dict[str, Any]) -> Dict[str, Any]:
     ctx = ProbeContext(device=task["device"], requested_device=task.get("device_requested", "auto"),
                        profile=task.get("profile", "full"),
                        params=dict(task.get("params", {})), timeout=float(task.get("timeout", 60)),
-                       device_facts=dict(task.get("device_facts") or {}), started_path=task["started_path"])
+                       device_facts=dict(task.get("device_facts") or {}), expect_gpus=task.get("expect_gpus"),
+                       started_path=task["started_path"])
     ctx.measure(runtime_init_s=round(runtime_init_s, 4))
     result: Dict[str, Any] = {"faults_installed": installed}
     start = time.perf_counter()

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, TextIO
 
 from . import __version__, faults, registry
 from .errors import TorchMissing, UsageError
@@ -39,6 +39,24 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _whole(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number, not '{text}'")
+    return int(text)
+
+
+EXPECT_GPUS_ENV = "ROCMCHECK_EXPECT_GPUS"
+
+
+def _expect_gpus_env() -> Optional[int]:
+    raw = os.environ.get(EXPECT_GPUS_ENV)
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit():
+        raise UsageError(f"${EXPECT_GPUS_ENV} must be a whole number, not '{raw}'")
+    return int(raw)
+
+
 def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe", action="append", default=[], metavar="ID",
                    help="probe id or glob (repeatable)")
@@ -61,7 +79,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help=f"inject faults (see: rocmcheck list --faults; also ${faults.INJECT_ENV})")
     p.add_argument("--out-dir", type=Path, default=Path("reports"), metavar="DIR",
                    help="where the journal, JSON and Markdown go (default: reports/)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the JSON report here")
+    p.add_argument("--json", type=Path, default=None, metavar="PATH",
+                   help="also write the JSON report here (gate: '-' writes the node verdict to stdout, "
+                        "everything else to stderr)")
+    p.add_argument("--expect-gpus", type=_whole, default=None, metavar="N",
+                   help=f"fail when torch sees fewer than N GPUs (also ${EXPECT_GPUS_ENV})")
     p.add_argument("--md", type=Path, default=None, metavar="PATH", help="also write the Markdown matrix here")
 
 
@@ -124,29 +146,35 @@ def _options(args: argparse.Namespace, profile: str, command: str):
 
     faults.parse(args.inject)  # a bad fault spec is a usage error before anything runs
     opts = RunOptions(device=args.device, timeout=args.timeout, inject=args.inject, profile=profile,
-                      probes_paths=args.probes_path, out_dir=args.out_dir, json_path=args.json, md_path=args.md,
-                      command=command)
+                      probes_paths=args.probes_path, out_dir=args.out_dir,
+                      json_path=None if _to_stdout(args) else args.json, md_path=args.md, command=command,
+                      expect_gpus=_expect_gpus_env() if args.expect_gpus is None else args.expect_gpus)
     if args.isolation:
         opts.isolation = args.isolation
     return opts
 
 
-def _live(verdict: Verdict) -> None:
-    print(verdict_line(verdict.to_dict()), flush=True)
+def _to_stdout(args: argparse.Namespace) -> bool:
+    """`gate --json -`: stdout carries exactly one JSON document (the node verdict)."""
+    return getattr(args, "json", None) == Path("-")
+
+
+def _live(verdict: Verdict, stream: Optional[TextIO] = None) -> None:
+    print(verdict_line(verdict.to_dict()), file=stream or sys.stdout, flush=True)
 
 
 def _note(text: str) -> None:
     print(f"rocmcheck: {text}", file=sys.stderr, flush=True)
 
 
-def _execute(opts, variants: List[Variant]) -> Dict[str, Any]:
+def _execute(opts, variants: List[Variant], stream: Optional[TextIO] = None) -> Dict[str, Any]:
     from .session import run_variants
 
     if not variants:
         raise UsageError("no probe variant matches the selection")
     print(f"rocmcheck {__version__}: {len(variants)} variants, isolation {opts.isolation}, "
-          f"device {opts.device}, profile {opts.profile}", flush=True)
-    return run_variants(opts, variants, on_verdict=_live, on_note=_note)
+          f"device {opts.device}, profile {opts.profile}", file=stream or sys.stdout, flush=True)
+    return run_variants(opts, variants, on_verdict=lambda v: _live(v, stream), on_note=_note)
 
 
 def _files_line(report: Dict[str, Any], opts) -> str:
@@ -179,12 +207,19 @@ def cmd_gate(args: argparse.Namespace) -> int:
         chosen = {v.id for v in select(specs, args.probe, args.keyword)}
         variants = [v for v in variants if v.id in chosen]
     opts = _options(args, "gate", "gate")
-    report = _execute(opts, variants)
+    human = sys.stderr if _to_stdout(args) else sys.stdout
+    report = _execute(opts, variants, human)
     code = _exit_for(report)
-    print()
-    print(gate_screen(report, code))
-    print(_files_line(report, opts))
-    return EXIT_FAILED if code == EXIT_INTERRUPTED else code
+    code = EXIT_FAILED if code == EXIT_INTERRUPTED else code
+    print("\n" + gate_screen(report, code), file=human)
+    print(_files_line(report, opts), file=human)
+    if _to_stdout(args):
+        from . import node
+
+        base = opts.out_dir / f"rocmcheck-{report['run']['id']}"
+        files = {"json": str(base.with_suffix(".json")), "md": str(opts.md_path or base.with_suffix(".md"))}
+        print(json.dumps(node.verdict(report, code, files), indent=2, default=str), flush=True)
+    return code
 
 
 def gate_screen(report: Dict[str, Any], code: int) -> str:
@@ -245,21 +280,32 @@ COMMAND_MODULES: tuple = ("matrix", "diff", "bugreport", "doctor")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser().parse_args(argv)
         handler = getattr(args, "func", None) or COMMANDS[args.command]
         return handler(args)
     except UsageError as exc:
-        print(f"rocmcheck: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _could_not_assess(argv, f"error: {exc}")
     except TorchMissing as exc:
-        print(f"rocmcheck: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _could_not_assess(argv, str(exc))
     except KeyboardInterrupt:
         print("rocmcheck: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # an internal error is still one line and exit 2 (ROCMCHECK_DEBUG=1: traceback)
         if os.environ.get("ROCMCHECK_DEBUG"):
             raise
-        print(f"rocmcheck: internal error: {type(exc).__name__}: {short(str(exc), 300)}", file=sys.stderr)
-        return EXIT_USAGE
+        return _could_not_assess(argv, f"internal error: {type(exc).__name__}: {short(str(exc), 300)}")
+
+
+def _could_not_assess(argv: List[str], message: str) -> int:
+    """Exit 2 with one line on stderr; under `gate --json -` also the UNKNOWN node verdict on
+    stdout (read from argv: the error may be that argv itself does not parse)."""
+    print(f"rocmcheck: {message}", file=sys.stderr)
+    wants_document = argv[:1] == ["gate"] and any(
+        a == "--json=-" or (a == "--json" and argv[i + 1:i + 2] == ["-"]) for i, a in enumerate(argv))
+    if wants_document:
+        from . import node
+
+        print(json.dumps(node.unknown(message), indent=2), flush=True)
+    return EXIT_USAGE

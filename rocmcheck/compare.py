@@ -14,7 +14,7 @@ and `rocmcheck list` must stay instant); torch only inside the helpers that take
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 # name -> (exponent bits, mantissa bits) of the IEEE-style binary formats.
 FLOAT_FORMATS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52)}
@@ -407,6 +407,16 @@ def tensor_bits(t: Any) -> Any:
     int_type = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
     t = t.detach().view(int_type)
     return bits((t if t.device.type == "cpu" else t.cpu()).numpy())
+
+
+def snapshot_bits(t: Any) -> Any:
+    """`tensor_bits` as a copy even of a host tensor, so later updates of `t` cannot change it."""
+    return tensor_bits(t).copy()
+
+
+def changed(before: Dict[str, Any], named_tensors: Iterable[Tuple[str, Any]]) -> List[str]:
+    """Names of the tensors whose bits differ from their `snapshot_bits` in `before`."""
+    return [n for n, t in named_tensors if n in before and not bitwise(tensor_bits(t), before[n]).ok]
 
 
 def to_numpy(t: Any) -> Any:

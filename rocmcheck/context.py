@@ -56,6 +56,7 @@ class ProbeContext:
     measurements: Dict[str, Any] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
     device_facts: Dict[str, Any] = field(default_factory=dict)
+    expect_gpus: Optional[int] = None  # the GPU count a node must show (`--expect-gpus`)
     started_path: Optional[str] = None  # the watchdog's start marker (None outside a child)
     started: float = field(default_factory=time.time)  # wall clock when the task started: deadlines run from here
 

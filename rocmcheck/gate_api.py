@@ -19,12 +19,14 @@ def _gpu_already_initialised() -> bool:
 
 def gate(device: str = "auto", require: Iterable[str] = (), timeout: Optional[float] = None,
          inject: str = "", probes_path: Iterable[str] = (), out_dir: Optional[str] = None,
-         isolation: Optional[str] = None, verbose: bool = True) -> List[Verdict]:
+         isolation: Optional[str] = None, verbose: bool = True,
+         expect_gpus: Optional[int] = None) -> List[Verdict]:
     """Run the gate probes in isolated children and return their verdicts on GO.
 
     Raises `rocmcheck.GateFailed` (with `.verdicts`) on NO-GO. Safe to call after this
     process initialised the GPU: children are then spawned fresh, never forked.
-    Writes no report files unless `out_dir` is given.
+    Writes no report files unless `out_dir` is given. `expect_gpus` fails the gate when torch
+    sees fewer GPUs (a node in a fleet whose GPU count is known).
     """
     specs = registry.load_all(probes_path)
     variants = gate_variants(specs, require)
@@ -32,7 +34,7 @@ def gate(device: str = "auto", require: Iterable[str] = (), timeout: Optional[fl
         isolation = "spawn"
     options = RunOptions(device=device, timeout=timeout, inject=inject, profile="gate",
                          probes_paths=list(probes_path), write_files=out_dir is not None,
-                         out_dir=Path(out_dir or "reports"), command="gate")
+                         out_dir=Path(out_dir or "reports"), command="gate", expect_gpus=expect_gpus)
     if isolation:
         options.isolation = isolation
     say = (lambda v: print(f"rocmcheck gate: {v.status.value.upper():>5} {v.variant}", file=sys.stderr)) \

@@ -5,7 +5,7 @@ container started without its device nodes, a user outside the `render` group, a
 `HIP_VISIBLE_DEVICES` that hides every card) must never pass as a CPU self-test. So the
 host's own view comes from files, not from torch: PCI display and accelerator functions
 by vendor, the KFD topology (`gfx_target_version` per GPU node), `/dev/kfd` and render
-nodes, `/proc/driver/nvidia`, WSL's `/dev/dxg`. `torch_problem` compares it with what
+nodes, `/proc/driver/nvidia`, WSL's `/dev/dxg`. `diagnose` compares it with what
 torch reported from a child; `torch_choice` names the build to install, for `make gate`,
 for the no-torch message and for the NO-GO alike.
 
@@ -238,30 +238,48 @@ def torch_choice(host: HostGpus, requirement: Optional[str] = None, index: Optio
                        "this host has no GPU: the default build runs on the CPU")
 
 
-def torch_problem(host: HostGpus, facts: Dict[str, Any]) -> Optional[str]:
-    """Why torch (as the facts child saw it) cannot use this host's GPUs, or None.
+@dataclass(frozen=True)
+class Diagnosis:
+    """Why torch cannot use this host's GPUs, and the next step a scheduler or a person takes."""
 
-    Only a host with GPUs and a torch that sees none of them is a problem here; fewer GPUs
-    than the host has is for `--expect-gpus`.
+    message: str
+    action: str
+
+
+def diagnose(host: HostGpus, facts: Dict[str, Any], expect_gpus: Optional[int] = None) -> Optional[Diagnosis]:
+    """What is wrong between the host's GPUs and torch (as a child saw it), or None.
+
+    A host with GPUs and a torch that sees none of them is always wrong; fewer GPUs than the
+    host has is wrong only against `expect_gpus` (a fleet's expected count per node).
     """
+    seen = int(facts.get("device_count") or 0)
     vendors = host.vendors
-    if not vendors or int(facts.get("device_count") or 0) > 0:
-        return None
     names = " and ".join(f"{host.gpus(v)} {v.upper() if v == 'amd' else 'NVIDIA'} GPU{'s' * (host.gpus(v) > 1)}"
                          for v in vendors)
-    why = facts.get("error") or facts.get("torch_error")
-    if not facts.get("torch"):
-        return f"this host has {names} but torch's view of them could not be read: {why or 'no facts'}"
-    build = _build_of(facts)
-    if build not in (WANTS[v] for v in vendors):
-        choice = torch_choice(host)
-        them = "them" if sum(map(host.gpus, vendors)) > 1 else "it"
-        return (f"this host has {names} but torch {facts['torch']} is a {BUILD_NAMES[build]} build that cannot "
-                f"use {them}; install the {BUILD_NAMES[choice.build]} build: {choice.command()}")
-    hints = access_hints(host, vendors)
-    detail = f" ({why})" if why else ""
-    return (f"this host has {names} and torch {facts['torch']} is a {BUILD_NAMES[build]} build, but it sees no "
-            f"GPU{detail}" + (": " + "; ".join(hints) if hints else ""))
+    if vendors and not seen:
+        why = facts.get("error") or facts.get("torch_error")
+        if not facts.get("torch"):
+            return Diagnosis(f"this host has {names} but torch's view of them could not be read: {why or 'no facts'}",
+                             "check that torch imports and initialises the GPU (rocmcheck env)")
+        build = _build_of(facts)
+        if build not in (WANTS[v] for v in vendors):
+            choice = torch_choice(host)
+            them = "them" if sum(map(host.gpus, vendors)) > 1 else "it"
+            return Diagnosis(f"this host has {names} but torch {facts['torch']} is a {BUILD_NAMES[build]} build that "
+                             f"cannot use {them}; install the {BUILD_NAMES[choice.build]} build: {choice.command()}",
+                             f"reinstall torch for this GPU: {choice.command()}")
+        hints = access_hints(host, vendors)
+        detail = f" ({why})" if why else ""
+        return Diagnosis(f"this host has {names} and torch {facts['torch']} is a {BUILD_NAMES[build]} build, but it "
+                         f"sees no GPU{detail}" + (": " + "; ".join(hints) if hints else ""),
+                         "give this process its GPUs: " + ("; ".join(hints) if hints else "check the driver (dmesg)"))
+    if expect_gpus is not None and seen < expect_gpus:
+        hints = access_hints(host, vendors) if vendors else []
+        on_host = f" (the host shows {names})" if vendors else " (the host shows no GPU)"
+        return Diagnosis(f"expected {expect_gpus} GPU{'s' * (expect_gpus > 1)}, torch sees {seen}{on_host}"
+                         + (": " + "; ".join(hints) if hints else ""),
+                         "drain the node: a GPU is missing (check the driver, dmesg and the PCI bus)")
+    return None
 
 
 def _build_of(facts: Dict[str, Any]) -> str:

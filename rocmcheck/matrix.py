@@ -2,7 +2,8 @@
 
 Rows are probe variants (in the order the reports first list them); columns are
 machines, labelled by their fingerprint summary (arch, backend and version, torch,
-OS). Reports with the same label are one column. Where they disagree the worst
+OS), the worst first. Reports with the same label are one column. A folder stands for
+the reports in it (a fleet's node reports gathered in one place). Where they disagree the worst
 status wins (pass < skip < warn < fail < error < crash < hang) and the cell says
 how many of the column's verdicts for that variant had it: `FAIL 1/3`. A `*` marks
 a cell with a known issue, listed under the table. Never imports torch.
@@ -16,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from .diff import statuses, worst
+from .diff import SEVERITY, statuses, worst
 
 GROUPING = ("reports with identical fingerprints share a column; the worst status wins, "
             "and 'FAIL 1/3' means 1 of the column's 3 verdicts for that variant")
 MISSING = "-"
+DETAIL_TAIL = 2000  # characters of each traceback, stack or output tail kept in a cell's details
 
 
 @dataclass
@@ -46,12 +48,27 @@ def _issues(verdict: Dict[str, Any], fingerprint: Dict[str, Any]) -> List[Dict[s
     return list(found.values())
 
 
+def _detail(verdict: Dict[str, Any]) -> Dict[str, Any]:
+    """What a reader of a bad cell needs: the message and the evidence's short fields and tails."""
+    ev = verdict.get("evidence") or {}
+    evidence = {k: ev[k] for k in ("exit", "signatures", "faults_injected") if ev.get(k)}
+    evidence.update({k: str(ev[k]).strip()[-DETAIL_TAIL:] for k in ("traceback", "stack", "output_tail") if ev.get(k)})
+    return {"status": verdict["status"], "message": verdict.get("message") or "", "evidence": evidence}
+
+
 def _cell(verdicts: Optional[List[Dict[str, Any]]], fingerprint: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     if not verdicts:
         return None
     counts = Counter(v["status"] for v in verdicts)
     issues = {i.get("id"): i for v in verdicts for i in _issues(v, fingerprint)}
-    return {"status": worst(counts), "counts": dict(counts), "known_issues": list(issues.values())}
+    return {"status": worst(counts), "counts": dict(counts), "known_issues": list(issues.values()),
+            "details": [_detail(v) for v in verdicts if v["status"] not in ("pass", "skip")]}
+
+
+def _badness(machine: Machine) -> Tuple[int, ...]:
+    """How bad a machine's verdicts are: counts per status, the most severe first."""
+    counts = Counter(v["status"] for verdicts in machine.verdicts.values() for v in verdicts)
+    return tuple(counts.get(status, 0) for status in reversed(SEVERITY))
 
 
 def build(loaded: List[Tuple[str, Dict[str, Any]]]) -> Dict[str, Any]:
@@ -69,6 +86,8 @@ def build(loaded: List[Tuple[str, Dict[str, Any]]]) -> Dict[str, Any]:
         for verdict in report["verdicts"]:
             probes.setdefault(verdict["variant"], verdict.get("probe") or "")
             machine.verdicts.setdefault(verdict["variant"], []).append(verdict)
+    ordered = sorted(machines.values(), key=_badness, reverse=True)  # the worst machines first (stable)
+    machines = {m.label: m for m in ordered}
     rows = [{"variant": variant, "probe": probe,
              "cells": [_cell(m.verdicts.get(variant), m.fingerprint) for m in machines.values()]}
             for variant, probe in probes.items()]
@@ -144,20 +163,43 @@ def markdown_text(matrix: Dict[str, Any]) -> str:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("matrix", help="one matrix from the reports of many machines (rows: variants, columns: machines)")
-    p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="reports (.json) or journals (.jsonl)")
+    p.add_argument("files", nargs="+", type=Path, metavar="FILE",
+                   help="reports (.json) or journals (.jsonl), or folders of reports (a fleet's node reports)")
     p.add_argument("--md", type=Path, default=None, metavar="PATH", help="also write the matrix as Markdown here")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the matrix as JSON here")
+    p.add_argument("--html", type=Path, default=None, metavar="PATH",
+                   help="also write the matrix as one self-contained HTML page here")
     p.set_defaults(func=cmd_matrix)
+
+
+def report_files(paths: List[Path]) -> List[Path]:
+    """Files as given; a folder stands for the reports in it (`*.json`, else the journals)."""
+    from .errors import UsageError
+
+    found: List[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            found.append(path)
+            continue
+        inside = sorted(path.glob("*.json")) or sorted(path.glob("*.jsonl"))
+        if not inside:
+            raise UsageError(f"no report (.json or .jsonl) in the folder '{path}'")
+        found.extend(inside)
+    return found
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
     from .storage import load_report, write_atomic
 
-    unique = list(dict.fromkeys(args.files))  # the same file named twice counts once
+    unique = list(dict.fromkeys(report_files(args.files)))  # the same file named twice counts once
     matrix = build([(str(path), load_report(path)) for path in unique])
     print(terminal_text(matrix))
     if args.md:
         write_atomic(args.md, markdown_text(matrix))
     if args.json:
         write_atomic(args.json, json.dumps(matrix, indent=2, default=str) + "\n")
+    if args.html:
+        from .matrix_html import html_page
+
+        write_atomic(args.html, html_page(matrix))
     return 0

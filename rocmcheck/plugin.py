@@ -54,6 +54,7 @@ ISOLATION_HELP = "zygote (fork from a server that imported torch; POSIX default)
 PROBES_PATH_HELP = "also load probe modules from this directory (repeatable)"
 GATE_ONLY_HELP = "only the variants in the gate, with the gate profile"
 BASELINE_HELP = "report (.json) or journal (.jsonl) of an earlier run: only regressions against it fail"
+HTML_HELP = "with --rocm-matrix: also write the run's matrix as one self-contained HTML page to FILE"
 INJECT_HELP = "inject faults into the probes, NAME[:ARG][@PROBE_GLOB],... (see: rocmcheck list --faults)"
 
 KEY = pytest.StashKey["MatrixPlugin"]()
@@ -76,6 +77,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=GATE_ONLY_HELP)
     group.addoption("--rocm-baseline", dest="rocm_baseline", default=None, metavar="FILE", help=BASELINE_HELP)
     group.addoption("--rocm-inject", dest="rocm_inject", default=None, metavar="FAULT", help=INJECT_HELP)
+    group.addoption("--rocm-html", dest="rocm_html", default=None, metavar="FILE", help=HTML_HELP)
     parser.addini("rocm_device", DEVICE_HELP, default="")
     parser.addini("rocm_timeout", TIMEOUT_HELP, default="")
     parser.addini("rocm_isolation", ISOLATION_HELP, default="")
@@ -121,6 +123,7 @@ class Settings:
     gate_only: bool = False
     baseline: Optional[Path] = None
     inject: str = ""
+    html: Optional[Path] = None
 
 
 def _setting(config: pytest.Config, name: str) -> Tuple[Any, str]:
@@ -177,6 +180,7 @@ def read_settings(config: pytest.Config) -> Settings:
         gate_only=bool(_setting(config, "gate_only")[0]),
         baseline=((here if where.startswith("--") else ini_dir) / baseline) if baseline else None,
         inject=config.getoption("rocm_inject") or os.environ.get(faults.INJECT_ENV, ""),
+        html=here / config.getoption("rocm_html") if config.getoption("rocm_html") else None,
     )
     faults.parse(settings.inject)  # an unknown fault is a usage error now, not at the first probe
     return settings
@@ -428,6 +432,13 @@ class MatrixPlugin:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.report is None or self.is_worker:
             return  # no probe ran (deselected, --collect-only), or an xdist worker: the controller prints
+        if self.settings.html is not None:
+            from .matrix import build
+            from .matrix_html import html_page
+            from .storage import write_atomic
+
+            write_atomic(self.settings.html, html_page(build([(self.files[0], self.report)])))
+            self.files.append(str(self.settings.html))
         terminalreporter.section("rocmcheck matrix")
         for line in self.summary_lines(self.report):
             terminalreporter.write_line(line)

@@ -35,6 +35,14 @@ FACTS_TIMEOUT_S = 120.0
 EVIDENCE_TAIL_CHARS = 4000
 
 
+def local_rank() -> int:
+    """Inside a torchrun (or Slurm) rank, `auto` means this rank's own GPU."""
+    raw = os.environ.get("LOCAL_RANK", "0")
+    if not raw.isdigit():
+        raise UsageError(f"LOCAL_RANK must be a whole number, not '{raw}'")
+    return int(raw)
+
+
 def default_isolation() -> str:
     return "zygote" if os.name == "posix" and hasattr(os, "fork") else "spawn"
 
@@ -55,6 +63,7 @@ class RunOptions:
     write_files: bool = True
     command: str = "run"
     needs_torch: bool = True  # False for `rocmcheck env`, which reports a missing torch as a fact
+    expect_gpus: Optional[int] = None  # fewer GPUs seen fails gpu-visible (a fleet's node check)
 
 
 class Interrupted(BaseException):
@@ -162,7 +171,8 @@ class Runner:
         count = int(self.facts.get("device_count") or 0)
         backend = self.facts.get("backend") or "cpu"
         wanted = self.opts.device
-        problem = hostgpu.torch_problem(hostgpu.read(), self.facts)
+        found = hostgpu.diagnose(hostgpu.read(), self.facts)
+        problem = found and found.message
         if problem and wanted == "cpu":
             self.note(f"the host's GPUs are left out on purpose (--device cpu): CPU self-test only ({problem})")
         elif problem:
@@ -170,7 +180,7 @@ class Runner:
             self.note(f"NO-GO: {problem}")
             wanted = "cpu"
         elif wanted == "auto":
-            wanted = "cuda:0" if count else "cpu"
+            wanted = f"cuda:{local_rank()}" if count else "cpu"
             if not count:
                 self.note("no GPU on this host: running on the CPU; GPU-only probes are skipped")
         if wanted != "cpu":
@@ -183,8 +193,10 @@ class Runner:
             self.device = DeviceInfo("cpu", "cpu", count, None)
 
     def with_gpu_check(self, variants: List[Variant]) -> List[Variant]:
-        """Where torch cannot use the host's GPUs, the check that says so runs first, selected or not."""
-        if not self.gpu_problem or any(v.spec.id == GPU_VISIBLE for v in variants):
+        """Where torch cannot use the host's GPUs, or a GPU count is expected, the check that says so
+        runs first, selected or not."""
+        wanted = self.gpu_problem or self.opts.expect_gpus is not None
+        if not wanted or any(v.spec.id == GPU_VISIBLE for v in variants):
             return variants
         from .selection import select
 
@@ -211,7 +223,8 @@ class Runner:
             return Verdict(spec.id, variant.id, Status.SKIP, dict(variant.params), reason)
         timeout = timeout or self.opts.timeout or spec.timeout
         task = self._task(probe=spec.id, params=variant.params, device=self.device.name,
-                          device_requested=self.opts.device, device_facts=self.facts, profile=self.opts.profile,
+                          device_requested=self.opts.device, device_facts=self.facts,
+                          expect_gpus=self.opts.expect_gpus, profile=self.opts.profile,
                           timeout=timeout, module_file=module_file(spec))
         variant_env = {**variant.env(), **(env or {})}
         log_since = kernellog.now()

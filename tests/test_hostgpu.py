@@ -17,6 +17,11 @@ CPU_TORCH = {"torch": "2.13.0+cpu", "hip": None, "cuda": None, "device_count": 0
 ROCM_TORCH = {"torch": "2.13.0+rocm6.4", "hip": "6.4.43482", "cuda": None, "device_count": 0}
 CUDA_TORCH = {"torch": "2.13.0+cu128", "hip": None, "cuda": "12.8", "device_count": 0}
 ROOT_ID = (0, [])
+
+
+def problem_of(host, facts, expect_gpus=None):
+    found = hostgpu.diagnose(host, facts, expect_gpus)
+    return found and found.message
 USER_ID = (1000, [1000])  # not root, not in the group that owns the nodes
 
 
@@ -78,20 +83,20 @@ def test_torch_choice_overrides_always_win(tmp_path, monkeypatch):
 def test_wrong_builds_are_named_with_the_build_to_install(tmp_path):
     amd = hostgpu.read(make_host(tmp_path / "a", amd=1), ROOT_ID, environ={})
     for facts in (CPU_TORCH, CUDA_TORCH):
-        problem = hostgpu.torch_problem(amd, facts)
+        problem = problem_of(amd, facts)
         assert "1 AMD GPU" in problem and "install the ROCm build" in problem and hostgpu.ROCM_INDEX in problem
     nvidia = hostgpu.read(make_host(tmp_path / "n", nvidia=2), ROOT_ID, environ={})
     for facts in (CPU_TORCH, ROCM_TORCH):
-        problem = hostgpu.torch_problem(nvidia, facts)
+        problem = problem_of(nvidia, facts)
         assert "2 NVIDIA GPUs" in problem and "install the CUDA build: python -m pip install torch" in problem
 
 
 def test_right_build_or_no_gpu_is_no_problem(tmp_path):
     amd = hostgpu.read(make_host(tmp_path / "a", amd=1), ROOT_ID, environ={})
-    assert hostgpu.torch_problem(amd, {**ROCM_TORCH, "device_count": 1}) is None
+    assert problem_of(amd, {**ROCM_TORCH, "device_count": 1}) is None
     bare = hostgpu.read(make_host(tmp_path / "b"), ROOT_ID, environ={})
-    assert hostgpu.torch_problem(bare, CPU_TORCH) is None
-    assert "could not be read: timed out" in hostgpu.torch_problem(amd, {"error": "timed out"})
+    assert problem_of(bare, CPU_TORCH) is None
+    assert "could not be read: timed out" in problem_of(amd, {"error": "timed out"})
 
 
 @pytest.mark.parametrize("build, identity, environ, hint", [
@@ -101,13 +106,13 @@ def test_right_build_or_no_gpu_is_no_problem(tmp_path):
 ])
 def test_right_build_that_sees_nothing_says_what_the_host_suggests(tmp_path, build, identity, environ, hint):
     host = hostgpu.read(make_host(tmp_path, amd=1, **build), identity, environ=environ)
-    problem = hostgpu.torch_problem(host, ROCM_TORCH)
+    problem = problem_of(host, ROCM_TORCH)
     assert "torch 2.13.0+rocm6.4 is a ROCm build, but it sees no GPU" in problem and hint in problem
 
 
 def test_a_user_outside_the_video_group_on_nvidia(tmp_path):
     host = hostgpu.read(make_host(tmp_path, nvidia=1, node_mode=0o660), USER_ID, environ={})
-    assert "/dev/nvidia* nodes are not readable and writable" in hostgpu.torch_problem(host, CUDA_TORCH)
+    assert "/dev/nvidia* nodes are not readable and writable" in problem_of(host, CUDA_TORCH)
     assert hostgpu.read(make_host(tmp_path / "o", nvidia=1, node_mode=0o666), USER_ID, environ={}).nvidia_nodes[0] \
         .readable_writable
 

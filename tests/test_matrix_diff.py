@@ -3,9 +3,12 @@ exit codes, file outputs, and one-line errors for input that is not a usable rep
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 from fnmatch import fnmatch
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -109,7 +112,8 @@ def test_matrix_groups_identical_fingerprints_and_the_worst_status_wins(tmp_path
     assert "copy[a] on gfx1100 / rocm 6.4.1 / torch 2.9.0 / Linux:" in out and "workaround: update ROCm" in out
     data = json.loads(js.read_text())
     assert [m["reports"] for m in data["machines"]] == [files[:2], files[2:]]
-    assert data["rows"][0]["cells"][0] == {"status": "fail", "counts": {"pass": 1, "fail": 1}, "known_issues": [issue]}
+    assert data["rows"][0]["cells"][0] == {"status": "fail", "counts": {"pass": 1, "fail": 1}, "known_issues": [issue],
+                                           "details": [{"status": "fail", "message": "fail message", "evidence": {}}]}
     text = md.read_text()
     assert "| `copy[a]` " in text and "gfx1100<br>rocm 6.4.1<br>torch 2.9.0<br>Linux<br>(2 reports)" in text
     assert "## Known issues (*)" in text
@@ -125,6 +129,100 @@ def test_matrix_matches_known_issues_from_a_users_data_file(tmp_path: Path, monk
     assert main(["matrix", *files]) == 0
     out = capsys.readouterr().out
     assert "CRASH*" in out and "copy on gfx1100" in out and "our driver crash" in out and "copy on cpu" not in out
+
+
+# --- the HTML page ------------------------------------------------------------------------------
+
+GFX942 = {"device": {"name": "cuda:0", "arch": "gfx942"}, "host": {"system": "Linux"},
+          "device_facts": {"backend": "rocm", "rocm": "6.4.1", "torch": "2.9.0"}}
+EVIL = "<script>document.title='owned'</script> & <b>bold</b>"
+
+
+def html_fixture(tmp_path: Path) -> Dict[str, Path]:
+    """Four reports on three machines; one message and one stack try to inject markup."""
+    issue = {"id": "gfx-zeros", "title": "silent zeros on copies", "workaround": "export HSA_ENABLE_SDMA=0",
+             "links": ["https://github.com/ROCm/hip/issues/3874"]}
+    files = [save(tmp_path / "m1.json", report({"copy[a]": "pass", "copy[b]": "pass", "evil": "pass"}, GFX1100)),
+             save(tmp_path / "m2.json", report(
+                 {"copy[a]": "fail", "copy[b]": "hang", "evil": "crash"}, GFX1100,
+                 **{"copy[a]": {"known_issues": [issue]},
+                    "evil": {"message": EVIL, "evidence": {"exit": "SIGSEGV", "stack": "frame 1\n<img src=x onerror=alert(1)>"}}})),
+             save(tmp_path / "m3.json", report({"copy[a]": "pass", "only-cpu": "skip", "evil": "warn"})),
+             save(tmp_path / "m4.json", report({"copy[a]": "error", "copy[b]": "pass"}, GFX942))]
+    paths = {"html": tmp_path / "m.html", "md": tmp_path / "m.md", "json": tmp_path / "m.json"}
+    assert main(["matrix", *files, *(f"--{kind}={path}" for kind, path in paths.items())]) == 0
+    return paths
+
+
+class Cells(HTMLParser):
+    """(variant, column label) -> the cell's summary text and status class, from the page."""
+
+    def __init__(self, labels):
+        super().__init__()
+        self.labels, self.cells, self.current, self.tags = labels, {}, None, []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        attrs = dict(attrs)
+        if tag == "td" and "data-variant" in attrs:
+            self.current = (attrs["data-variant"], self.labels[int(attrs["data-column"])])
+            self.cells[self.current] = ["", attrs["class"].split()[1]]
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "summary"):
+            self.current = None
+
+    def handle_data(self, data):
+        if self.current and (self.tags[-1] in ("summary", "td")):
+            self.cells[self.current][0] += data.strip()
+
+
+def test_html_page_shows_the_markdowns_cells_grouped_expandable_and_escaped(tmp_path: Path, capsys) -> None:
+    paths = html_fixture(tmp_path)
+    capsys.readouterr()
+    matrix = json.loads(paths["json"].read_text())
+    labels = [m["label"] for m in matrix["machines"]]
+    page = paths["html"].read_text()
+    parser = Cells(labels)
+    parser.feed(page)
+
+    md_rows = [line.split("|")[1:-1] for line in paths["md"].read_text().splitlines() if line.startswith("| `")]
+    md = {(row[0].strip().strip("`"), labels[i]): text.strip() for row in md_rows for i, text in enumerate(row[1:])}
+    html = {key: text for key, (text, _) in parser.cells.items()}
+    assert html == md and len(md) == 4 * 3  # the same cells, the same texts
+    assert html[("copy[a]", labels[0])] == "FAIL 1/2*" and html[("evil", labels[0])] == "CRASH 1/2"
+    for (variant, label), (text, status_class) in parser.cells.items():
+        assert status_class == ("missing" if text == "-" else "s-" + text.split()[0].rstrip("*").lower())
+
+    # columns grouped: arch, then backend, then torch; gfx1100 and gfx942 side by side
+    assert page.index(">cpu</th>") < page.index(">gfx1100</th>") < page.index(">gfx942</th>")
+    assert page.count(">rocm 6.4.1</th>") == 2 and page.count(">torch 2.9.0</th>") == 2
+    # bad cells open to message, evidence and workaround; good rows can be hidden
+    assert "<summary>FAIL 1/2*</summary>" in page and "workaround: export HSA_ENABLE_SDMA=0" in page
+    assert page.count('<tr class="bad">') == 3 and page.count('<tr class="good">') == 1
+    assert 'id="only-bad"' in page and "#only-bad:checked ~ table tr.good { display: none; }" in page
+    # untrusted text is escaped, and the page loads nothing
+    assert "<script" not in page and "<img" not in page and "<b>bold" not in page
+    assert "&lt;script&gt;document.title=&#x27;owned&#x27;&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert not re.search(r'(src|href)="(?!https://github\.com/)', page) and "default-src 'none'" in page
+
+
+def test_html_page_in_a_real_headless_browser(tmp_path: Path, capsys) -> None:
+    browser = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    if browser is None:
+        pytest.skip("no headless browser installed (apt-get install chromium)")
+    page = html_fixture(tmp_path)["html"]
+    capsys.readouterr()
+    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert "<title>rocmcheck matrix</title>" in dom  # the title the injected script would have changed
+    assert dom.count("<tr class=") == 4 and dom.count("<details>") == 5 and "<script" not in dom
+    shot = tmp_path / "matrix.png"  # kept as the test's artifact
+    subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1400,900", page.as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
 
 
 # --- bad input: one line, exit 2, and never torch ----------------------------------------------

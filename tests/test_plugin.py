@@ -159,10 +159,14 @@ def test_selection_understands_probe_items(project: pytest.Pytester, args, ini, 
 
 def test_selected_items_alone_run_and_injected_faults_fail_them(project: pytest.Pytester) -> None:
     result = run(project, "--rocm-matrix=out", "--rocm-probes-path=fp", "-k", "fake-ok",
-                 "--deselect", "rocmcheck::fake-ok[2]", "--rocm-inject", "segv@fake-ok")
+                 "--deselect", "rocmcheck::fake-ok[2]", "--rocm-inject", "segv@fake-ok", "--rocm-html=out/m.html")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["CRASH fake-ok[[]1[]]: crashed: SIGSEGV", "--- stack ---", "*in _segv"])
+    result.stdout.fnmatch_lines(["wrote *.json, *.md, *.jsonl, *out*m.html"])
     assert statuses(load_report(only(project.path / "out", "*.json"))["verdicts"]) == {"fake-ok[1]": "crash"}
+    page = (project.path / "out" / "m.html").read_text()  # the run's matrix: its one cell, expandable
+    assert 'class="cell s-crash" data-variant="fake-ok[1]"' in page and "<summary>CRASH</summary>" in page
+    assert "crashed: SIGSEGV" in page
 
 
 def test_with_a_baseline_only_regressions_fail(project: pytest.Pytester) -> None:

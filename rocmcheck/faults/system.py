@@ -220,8 +220,8 @@ def _ipc_corrupt(arg: Optional[str]) -> None:
     ForkingPickler.register(torch.Tensor, reduce_a_copy)
 
 
-@fault("loader-corrupt", "batches from DataLoader worker processes arrive with one element changed")
-def _loader_corrupt(arg: Optional[str]) -> None:
+def _corrupt_batches(applies: Callable[[Any], bool]) -> None:
+    """Change one element of the first tensor of every batch from the loaders `applies` picks."""
     import torch
     from torch.utils.data import DataLoader
 
@@ -229,9 +229,20 @@ def _loader_corrupt(arg: Optional[str]) -> None:
         def __iter__(self: Any) -> Any:
             for batch in orig(self):
                 first = batch[0] if isinstance(batch, (list, tuple)) else batch
-                if self.num_workers > 0 and isinstance(first, torch.Tensor) and first.numel():
+                if applies(self) and isinstance(first, torch.Tensor) and first.numel():
                     first.view(-1)[0] += 1
                 yield batch
         return __iter__
 
     patch(DataLoader, "__iter__", make)
+
+
+@fault("loader-corrupt", "batches from DataLoader worker processes arrive with one element changed")
+def _loader_corrupt(arg: Optional[str]) -> None:
+    _corrupt_batches(lambda loader: loader.num_workers > 0)
+
+
+@fault("batch-corrupt", "every DataLoader batch (Accelerate's prepared loader too) reaches the model with one element "
+                        "changed: a batch corrupted on its way to the device (the seeds' Accelerate placement)")
+def _batch_corrupt(arg: Optional[str]) -> None:
+    _corrupt_batches(lambda loader: True)

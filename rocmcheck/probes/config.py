@@ -2,7 +2,8 @@
 
 No GPU work. Each check is its own variant so the matrix says which one failed.
 Facts: docs/failure-catalogue.md §0 (allocator variables), §6 (HSA_OVERRIDE_GFX_VERSION),
-§7 (torch.int1), §10 (arch missing from the wheel); TF32 forced on by the environment.
+§10 (arch missing from the wheel); TF32 forced on by the environment. Libraries that need a
+newer torch (torch.int1) are found by importing them: the `library-imports` probe.
 """
 import os
 import re
@@ -10,13 +11,12 @@ import sys
 
 import rocmcheck
 
-CHECKS = ("hsa-override", "arch-in-wheel", "torch-int1", "alloc-conf", "python-version", "tf32-override")
+CHECKS = ("hsa-override", "arch-in-wheel", "alloc-conf", "python-version", "tf32-override")
 
 LINKS = (
     "https://github.com/ROCm/legacy-rocm-build/issues/5238",
     "https://github.com/ROCm/legacy-rocm-build/issues/5824",
     "https://github.com/pytorch/pytorch/issues/132570",
-    "https://github.com/pytorch/ao/pull/1544",
     "https://github.com/pytorch/pytorch/issues/183387",
     "https://github.com/pytorch/pytorch/pull/167659",
     "https://docs.monai.io/en/stable/precision_accelerating.html",
@@ -129,16 +129,6 @@ def check_arch_in_wheel(facts):
     return [], []
 
 
-def check_torch_int1(facts):
-    users = [p for p in ("torchao", "torchtune") if p in facts["packages"]]
-    torch_version = facts["torch"]
-    if users and (not facts["has_int1"] or version_tuple(torch_version) < (2, 6)):
-        pkgs = ", ".join(f"{p} {facts['packages'][p]}" for p in users)
-        return [f"torch {torch_version} has no torch.int1 (added in 2.6) but {pkgs} need it: "
-                f"\"module 'torch' has no attribute 'int1'\""], []
-    return [], []
-
-
 def check_alloc_conf(facts):
     env, torch_version, backend = facts["env"], version_tuple(facts["torch"]), facts["backend"]
     set_vars = [v for v in ALLOC_VARS if v in env]
@@ -186,17 +176,17 @@ def check_tf32_override(facts):
 
 
 CHECK_FUNCS = {"hsa-override": check_hsa_override, "arch-in-wheel": check_arch_in_wheel,
-               "torch-int1": check_torch_int1, "alloc-conf": check_alloc_conf,
+               "alloc-conf": check_alloc_conf,
                "python-version": check_python_version, "tf32-override": check_tf32_override}
 
 
 def gather_facts(run_facts):
     """The run's device facts (gathered once per run by the runner), else this child's own."""
-    from rocmcheck.fingerprint import device_facts, env_vars, kfd_gfx_targets, package_versions
+    from rocmcheck.fingerprint import device_facts, env_vars, kfd_gfx_targets
 
     dev = run_facts if run_facts.get("torch") else device_facts()
-    return {"env": env_vars(), "kfd_gfx_targets": kfd_gfx_targets(), "packages": package_versions(),
-            "python": sys.version.split()[0], "torch": dev.get("torch"), "has_int1": dev.get("has_int1", False),
+    return {"env": env_vars(), "kfd_gfx_targets": kfd_gfx_targets(),
+            "python": sys.version.split()[0], "torch": dev.get("torch"),
             "arch_list": dev.get("arch_list") or [], "devices": dev.get("devices") or [],
             "backend": dev.get("backend")}
 
@@ -204,7 +194,7 @@ def gather_facts(run_facts):
 @rocmcheck.probe(
     "config-lint",
     title="Configuration lint",
-    targets="stale HSA_OVERRIDE_GFX_VERSION, arch missing from the wheel, torch<2.6 with torchao/torchtune, "
+    targets="stale HSA_OVERRIDE_GFX_VERSION, arch missing from the wheel, "
             "allocator variable this build ignores, Python too new for torch, TF32 forced on by the environment",
     links=LINKS,
     timeout=60,

@@ -30,15 +30,15 @@ def gpu_visible(ctx):
              "device_count": torch.cuda.device_count()}
     ctx.measure(host_amd_gpus=host.gpus("amd"), host_nvidia_gpus=host.gpus("nvidia"),
                 torch_devices=facts["device_count"])
-    problem = hostgpu.torch_problem(host, facts)
-    if problem and ctx.requested_device == "cpu":
-        ctx.skip(f"the host's GPUs are left out on purpose (--device cpu): {problem}")
-    if problem:
-        raise rocmcheck.ProbeFailure(problem)
+    found = hostgpu.diagnose(host, facts, ctx.expect_gpus)
+    if found and ctx.requested_device == "cpu" and not ctx.expect_gpus:
+        ctx.skip(f"the host's GPUs are left out on purpose (--device cpu): {found.message}")
+    if found:
+        raise rocmcheck.ProbeFailure(found.message, action=found.action)
     if not host.vendors:
         return {"host": "no GPU on this host: the CPU self-test is the right run"}
     on_host = host.gpus("amd" if facts["hip"] else "nvidia")
-    if facts["device_count"] < on_host and not host.visible_devices:
+    if facts["device_count"] < on_host and not host.visible_devices and ctx.expect_gpus is None:
         ctx.warn(f"torch sees {facts['device_count']} of the host's {on_host} GPUs "
-                 "and no *_VISIBLE_DEVICES variable asks for that")
+                 "and no *_VISIBLE_DEVICES variable asks for that (--expect-gpus makes this a failure)")
     return None

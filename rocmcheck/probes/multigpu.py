@@ -12,9 +12,7 @@ the CPU with gloo, fresh interpreters for GPUs) under its own deadline. On a fle
 the same checks across nodes with torchrun, one process per GPU:
 
     torchrun --nnodes=$NODES --nproc-per-node=$GPUS_PER_NODE --rdzv-backend=c10d \\
-        --rdzv-endpoint=$HEAD_NODE:29500 \\
-        "$(python -c 'import rocmcheck.registry as r; print(r.builtin_probes_dir())')/multigpu.py" \\
-        --backend nccl --timeout 120
+        --rdzv-endpoint=$HEAD_NODE:29500 -m rocmcheck.probes.multigpu --backend nccl --timeout 120
 
 (`--backend gloo` checks the CPU path; add NCCL_P2P_DISABLE=1 to compare.) Each rank
 prints one JSON line with its checks; a rank exits 0 only when all passed, and a rank

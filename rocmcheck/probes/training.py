@@ -201,12 +201,6 @@ def reference_checks(trace: Trace, ref: Trace, loss_tol: float, grad_tol: float)
     return {"loss_rel_diff": loss_diff, "loss_tol": loss_tol, "grad_rel_err": grad_err, "grad_tol": grad_tol}
 
 
-def frozen_base_changed(before: Dict[str, Any], model: Any) -> List[str]:
-    """Names of frozen (base) parameters whose bits changed during LoRA training."""
-    return [n for n, p in model.named_parameters()
-            if not p.requires_grad and not compare.bitwise(compare.tensor_bits(p), before[n]).ok]
-
-
 @rocmcheck.probe(
     "training",
     title="A small transformer trained a few steps on the device vs float64 on the CPU",
@@ -226,7 +220,7 @@ def training(ctx: rocmcheck.ProbeContext, mode: str) -> None:
         model = with_lora(model)
     reference = copy.deepcopy(model).double()  # taken before the device run touches anything
     reference.checkpointing = False
-    frozen = {n: compare.tensor_bits(p) for n, p in model.named_parameters() if not p.requires_grad}
+    frozen = {n: compare.snapshot_bits(p) for n, p in model.named_parameters() if not p.requires_grad}
     steps = STEPS[ctx.profile]
     trace = train(model.to(ctx.device), cfg, ctx.device, steps, lr, autocast, scaler=mode == "fp16-scaler")
     ref = train(reference, cfg, "cpu", steps, lr, None, scaler=False)
@@ -242,7 +236,7 @@ def training(ctx: rocmcheck.ProbeContext, mode: str) -> None:
         problems.append(f"first-step gradients differ from the CPU float64 run by {result['grad_rel_err']:.3g} "
                         f"(relative L2, tolerance {grad_tol:g})")
     if frozen:
-        changed = frozen_base_changed(frozen, model)
+        changed = compare.changed(frozen, model.named_parameters())
         if changed:
             problems.append(f"{len(changed)} frozen base weights changed ({', '.join(changed[:3])})")
     if problems:

@@ -1,0 +1,179 @@
+"""The node verdict a scheduler reads (`gate --json -`), its exit contract, the expected GPU
+count, LOCAL_RANK inside a rank, a folder of node reports, and the multi-node recipe run for
+real with torchrun over loopback (two "nodes", gloo on the CPU)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import by_variant
+from rocmcheck import node
+from rocmcheck.cli import main
+from rocmcheck.storage import SCHEMA, SCHEMA_VERSION, report_json
+
+
+def _stdout_document(capsys) -> dict:
+    out = capsys.readouterr()
+    return json.loads(out.out), out.err  # stdout must parse as exactly one document
+
+
+def test_go_node_verdict_is_the_only_thing_on_stdout(tmp_path, capsys):
+    code = main(["gate", "--device", "cpu", "--probe", "device-smoke", "--probe", "gpu-visible",
+                 "--out-dir", str(tmp_path), "--json", "-"])
+    doc, err = _stdout_document(capsys)
+    assert code == 0 and doc["status"] == "GO" and doc["exit_code"] == 0 and doc["failing"] == []
+    assert doc["schema"] == node.SCHEMA and doc["node"] == socket.gethostname()
+    assert "PASS  device-smoke" in err and "\nGO" in err  # the human lines went to stderr
+    assert Path(doc["reports"]["json"]).is_file()
+
+
+def test_no_go_node_verdict_names_each_failure_with_an_action(tmp_path, capsys):
+    code = main(["gate", "--device", "cpu", "--probe", "device-smoke", "--probe", "transfer",
+                 "-k", "device-smoke or to-training",
+                 "--inject", "copy-zeros", "--out-dir", str(tmp_path), "--json", "-"])
+    doc, _ = _stdout_document(capsys)
+    assert code == 1 and doc["status"] == "NO-GO" and doc["exit_code"] == 1
+    failing = {f["check"]: f for f in doc["failing"]}
+    assert set(failing) == {"device-smoke", "transfer[to-training]"}
+    assert failing["device-smoke"]["status"] == "fail" and "wrong at" in failing["device-smoke"]["message"]
+    assert all(f["action"].startswith("fix this before training") for f in failing.values())  # CPU: no drain
+
+
+@pytest.mark.parametrize("verdict, on_gpu, start", [
+    ({"status": "fail", "known_issues": [{"id": "sdma-zeros", "workaround": "export HSA_ENABLE_SDMA=0"}]}, True,
+     "apply the known workaround (sdma-zeros): export HSA_ENABLE_SDMA=0"),
+    ({"status": "hang"}, True, "drain the node and reset the GPU"),
+    ({"status": "crash"}, True, "drain the node and reset the GPU"),
+    ({"status": "fail"}, True, "drain the node: this GPU"),
+    ({"status": "fail", "probe": "gpu-visible", "measurements": {"action": "reinstall torch for this GPU: x"}}, True,
+     "reinstall torch for this GPU: x"),
+    ({"status": "error"}, False, "fix this before training"),
+])
+def test_recommended_action_per_failure(verdict, on_gpu, start):
+    assert node.action(verdict, on_gpu).startswith(start)
+
+
+def test_a_gpu_host_whose_torch_cannot_use_it_is_no_go_with_reinstall(fake_host, tmp_path, capsys):
+    fake_host(amd=1)
+    assert main(["gate", "--out-dir", str(tmp_path), "--json", "-"]) == 1
+    doc, _ = _stdout_document(capsys)
+    (failure,) = doc["failing"]
+    assert failure["check"] == "gpu-visible" and failure["action"].startswith("reinstall torch for this GPU: ")
+    assert "--index-url" in failure["action"]
+
+
+@pytest.mark.parametrize("argv, env, fragment", [
+    (["gate", "--probe", "no-such-probe"], {}, "unknown probe id"),
+    (["gate", "--timeout", "-3"], {}, "must be positive"),
+    (["gate"], {"ROCMCHECK_EXPECT_GPUS": "eight"}, "ROCMCHECK_EXPECT_GPUS must be a whole number"),
+])
+def test_could_not_assess_is_exit_2_with_an_unknown_document(argv, env, fragment, monkeypatch, capsys):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert main([*argv, "--json", "-"]) == 2
+    doc, err = _stdout_document(capsys)
+    assert doc["status"] == "UNKNOWN" and doc["exit_code"] == 2 and fragment in doc["error"]
+    assert len(err.strip().splitlines()) == 1 and fragment in err
+
+
+def test_expected_gpus_missing_fails_the_gate_and_says_so(rocm_run, tmp_path, capsys):
+    assert main(["gate", "--device", "cpu", "--probe", "device-smoke", "--expect-gpus", "8",
+                 "--out-dir", str(tmp_path), "--json", "-"]) == 1
+    doc, _ = _stdout_document(capsys)
+    failure = {f["check"]: f for f in doc["failing"]}["gpu-visible"]  # added although not selected
+    assert "expected 8 GPUs, torch sees 0" in failure["message"] and failure["action"].startswith("drain the node")
+    assert by_variant(rocm_run(probe="device-smoke", device="cpu"))["device-smoke"]["status"] == "pass"
+
+
+def test_local_rank_picks_the_ranks_gpu_and_must_be_a_number(monkeypatch):
+    from rocmcheck.errors import UsageError
+    from rocmcheck.runner import local_rank
+
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert local_rank() == 3
+    monkeypatch.setenv("LOCAL_RANK", "x")
+    with pytest.raises(UsageError, match="LOCAL_RANK must be a whole number"):
+        local_rank()
+
+
+def _node_report(path: Path, host: str, statuses: dict) -> None:
+    fp = {"host": {"system": "Linux", "hostname": host}, "device": {"name": "cuda:0", "arch": "gfx942"},
+          "device_facts": {"backend": "rocm", "rocm": "6.4", "torch": f"2.13.0-{host}"}}
+    path.write_text(report_json({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run": {"id": host},
+                                 "fingerprint": fp, "verdicts": [{"probe": v.split("[")[0], "variant": v, "status": s,
+                                                                  "message": s} for v, s in statuses.items()]}))
+
+
+def test_matrix_of_a_folder_of_node_reports_puts_the_worst_nodes_first(tmp_path, capsys):
+    fleet = tmp_path / "fleet"
+    fleet.mkdir()
+    _node_report(fleet / "a.json", "a", {"device-smoke": "pass", "transfer[to-isolated]": "pass"})
+    _node_report(fleet / "b.json", "b", {"device-smoke": "hang", "transfer[to-isolated]": "pass"})
+    _node_report(fleet / "c.json", "c", {"device-smoke": "pass", "transfer[to-isolated]": "fail"})
+    assert main(["matrix", str(fleet), "--json", str(tmp_path / "m.json")]) == 0
+    labels = [m["label"] for m in json.loads((tmp_path / "m.json").read_text())["machines"]]
+    assert ["2.13.0-b" in labels[0], "2.13.0-c" in labels[1], "2.13.0-a" in labels[2]] == [True, True, True]
+    (tmp_path / "empty").mkdir()
+    assert main(["matrix", str(tmp_path / "empty")]) == 2
+    assert "no report" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_multi_node_recipe_runs_under_torchrun_over_loopback(tmp_path):
+    """Two torchrun "nodes" of one process each on 127.0.0.1, running the documented module."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROCMCHECK_", "LOCAL_RANK"))}
+    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
+                               f"--node-rank={rank}", "--master-addr=127.0.0.1", f"--master-port={port}",
+                               "-m", "rocmcheck.probes.multigpu", "--backend", "gloo", "--timeout", "90"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+             for rank in (0, 1)]
+    outs = [p.communicate(timeout=240) for p in nodes]
+    lines = [json.loads(line) for out, _ in outs for line in out.splitlines() if line.startswith("{")]
+    assert [p.returncode for p in nodes] == [0, 0], [err[-2000:] for _, err in outs]
+    assert sorted(r["rank"] for r in lines) == [0, 1] and all(r["world"] == 2 for r in lines)
+    assert all(all(c["ok"] for c in r["checks"].values()) for r in lines)
+
+
+RECIPES = Path(__file__).resolve().parent.parent / "docs" / "recipes"
+
+
+def _prolog(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    wrapper = tmp_path / "rocmcheck"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m rocmcheck "$@"\n')
+    wrapper.chmod(0o755)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("ROCMCHECK_")}
+    environ.update(ROCMCHECK=str(wrapper), ROCMCHECK_DIR=str(tmp_path / "fleet"), **env)
+    return subprocess.run(["sh", str(RECIPES / "slurm-prolog.sh"), *args], capture_output=True, text=True,
+                          env=environ, timeout=300)
+
+
+def test_slurm_prolog_passes_a_good_node_and_drains_a_bad_one(tmp_path):
+    narrow = ("--device", "cpu", "--probe", "device-smoke")
+    good = _prolog(tmp_path, *narrow)
+    verdict = json.loads((tmp_path / "fleet" / "verdicts" / f"{socket.gethostname()}.json").read_text())
+    assert good.returncode == 0 and verdict["status"] == "GO", good.stderr
+    bad = _prolog(tmp_path, *narrow, ROCMCHECK_INJECT="copy-zeros")
+    verdict = json.loads((tmp_path / "fleet" / "verdicts" / f"{socket.gethostname()}.json").read_text())
+    assert bad.returncode == 1 and verdict["status"] == "NO-GO" and "is not ready (exit 1)" in bad.stderr
+    short = _prolog(tmp_path, *narrow, ROCMCHECK_EXPECT_GPUS="8")
+    assert short.returncode == 1
+    assert main(["matrix", str(tmp_path / "fleet" / "reports")]) == 0  # the fleet's reports, one matrix
+
+
+def test_k8s_init_container_command_is_a_valid_gate_command():
+    from rocmcheck.cli import build_parser
+
+    text = (RECIPES / "k8s-init-container.yaml").read_text()
+    line = next(ln for ln in text.splitlines() if '"gate"' in ln)
+    command = json.loads(line.split("command:", 1)[1])
+    args = build_parser().parse_args(command[1:])
+    assert command[0] == "rocmcheck" and args.command == "gate" and args.json == Path("-") and args.expect_gpus == 8
