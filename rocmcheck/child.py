@@ -136,6 +136,12 @@ def run_probe(task: Dict[str, Any]) -> Dict[str, Any]:
     except AssertionError as exc:
         ctx.measurements.update(getattr(exc, "measurements", {}))
         result.update(status=Status.FAIL.value, message=_first_line(exc), exception=_error_fields(exc))
+    except SystemExit as exc:
+        result.update(status=Status.ERROR.value, message=f"the probe called sys.exit({exc.code!r}) before "
+                      "returning a result", exception=_error_fields(exc))
+    except KeyboardInterrupt as exc:
+        result.update(status=Status.ERROR.value, message="the probe raised KeyboardInterrupt itself (not a Ctrl-C: "
+                      "probes run in their own session)", exception=_error_fields(exc))
     except BaseException as exc:  # noqa: BLE001 - every other exception is a verdict, not our crash
         message = _first_line(exc)
         if _is_oom(exc):
@@ -150,8 +156,22 @@ def run_probe(task: Dict[str, Any]) -> Dict[str, Any]:
 def run_call(task: Dict[str, Any]) -> Dict[str, Any]:
     """Internal tasks (device facts for the fingerprint): `module:function` returning a dict."""
     module, _, name = task["call"].partition(":")
+    faults.install(faults.parse(task.get("faults", "")), name, facts_only=True)
     data = getattr(importlib.import_module(module), name)(task)
     return {"status": Status.PASS.value, "message": "ok", "data": data}
+
+
+def device_canary(task: Dict[str, Any]) -> Dict[str, Any]:
+    """A tiny kernel on the task's device after a hang: whether the device still computes."""
+    faults.install(faults.parse(task.get("faults", "")), task["probe"])
+    runtime_init(task["device"])
+    import torch
+
+    got = (torch.arange(1024, dtype=torch.float32).to(task["device"]) * 2).sum().item()
+    if task["device"] != "cpu":
+        torch.cuda.synchronize()
+    expected = 1023 * 1024.0
+    return {"ok": got == expected, **({} if got == expected else {"problem": f"2*sum(0..1023) = {got}, not {expected}"})}
 
 
 def write_result(path: str, result: Dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ and `rocmcheck list` must stay instant); torch only inside the helpers that take
 - `close`: tolerance comparison against a float64 reference, with dtype-scaled tolerances.
 - `round_to`, `bf16_bits`, `bf16_value`: round-to-nearest-even into bf16/fp16, in numpy.
 - `checksum` / `device_checksum`: one position-weighted checksum, on the host or the device.
+- `conv2d_ref`, `conv2d_backward_ref`: convolution forward and backward by explicit im2col.
 """
 from __future__ import annotations
 
@@ -272,6 +273,42 @@ def rel_l2(got: Any, ref: Any) -> float:
     if den == 0.0:
         return 0.0 if num == 0.0 else float("inf")
     return num / den
+
+
+# --- convolution references (float64 numpy, im2col) ---------------------------------------------
+
+
+def windows(x: Any, k: int, stride: int, pad: int) -> Any:
+    """im2col view of NCHW `x`: shape (N, C, Ho, Wo, k, k)."""
+    import numpy as np
+
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    return np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))[:, :, ::stride, ::stride]
+
+
+def conv2d_ref(x: Any, w: Any, b: Any, stride: int = 1, pad: int = 1) -> Any:
+    import numpy as np
+
+    return np.einsum("nchwij,ocij->nohw", windows(x, w.shape[-1], stride, pad), w, optimize=True) \
+        + b[None, :, None, None]
+
+
+def conv2d_backward_ref(x: Any, w: Any, g: Any, stride: int = 1, pad: int = 1) -> "tuple":
+    """(grad of x, grad of w, grad of b) of sum(conv2d(x, w, b) * g): the weight gradient
+    from the same windows, the input gradient by scattering each window's share back (col2im)."""
+    import numpy as np
+
+    k = w.shape[-1]
+    cols = windows(x, k, stride, pad)
+    dw = np.einsum("nohw,nchwij->ocij", g, cols, optimize=True)
+    dcols = np.einsum("nohw,ocij->nchwij", g, w, optimize=True)
+    n, c, h, wd = x.shape
+    ho, wo = g.shape[2:]
+    dxp = np.zeros((n, c, h + 2 * pad, wd + 2 * pad))
+    for i in range(k):
+        for j in range(k):
+            dxp[:, :, i:i + stride * ho:stride, j:j + stride * wo:stride] += dcols[..., i, j]
+    return dxp[:, :, pad:pad + h, pad:pad + wd], dw, g.sum((0, 2, 3))
 
 
 # --- patterns that cannot be mistaken for zeros, NaN or stale data -----------------------------

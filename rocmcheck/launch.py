@@ -6,15 +6,21 @@ itself travels as a JSON file whose path is the first line on the lifeline.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set
 
-from .proctree import kill_leftovers, signal_tree
+import psutil
+
+from .exitcodes import describe
+from .proctree import TOKEN_ENV, kill_leftovers, signal_tree
 
 WINDOWS = os.name == "nt"
 
@@ -32,6 +38,10 @@ class ChildProcess:
     popen: Optional[subprocess.Popen] = field(default=None, repr=False)
     zygote: Any = field(default=None, repr=False)
     job: Any = field(default=None, repr=False)  # Windows job object holding the tree
+    handle: Optional[psutil.Process] = field(default=None, repr=False)  # a zygote child, to watch as an orphan
+    lost: bool = False  # it ended, but its exit status died with the isolation server
+    token: str = ""  # in its environment and its descendants' (TOKEN_ENV)
+    before: Set[int] = field(default_factory=set, repr=False)  # the pids that existed before its task
 
     def signal_tree(self, sig: int) -> None:
         """Signal the child and everything it started (process group, or job on Windows)."""
@@ -42,13 +52,13 @@ class ChildProcess:
         else:
             self.job.terminate()
 
-    def kill_leftovers(self, thorough: bool) -> int:
-        """After the child ended, kill what it left behind; returns how many were found."""
+    def kill_leftovers(self) -> List[str]:
+        """After the child ended, kill what it left behind; returns what was killed."""
         if self.job is None:
-            return kill_leftovers(self.pid, thorough)
+            return kill_leftovers(self.pid, self.token, self.before)
         self.job.terminate()
         self.job.close()
-        return 0
+        return []
 
     def wait(self, timeout: float) -> Optional[int]:
         """The return code (negative for a signal) once it ended, else None after `timeout` s."""
@@ -57,12 +67,47 @@ class ChildProcess:
                 return self.popen.wait(timeout)
             except subprocess.TimeoutExpired:
                 return None
-        return self.zygote.wait_exit(self.pid, timeout)
+        code = self.zygote.wait_exit(self.pid, timeout)
+        if code is None and self.zygote.dead:  # the server that would report the exit died
+            self.lost = _ended(self.handle, timeout)
+        return code
 
     def close_lifeline(self) -> None:
         if self.lifeline_fd >= 0:
             os.close(self.lifeline_fd)
             self.lifeline_fd = -1
+
+
+_TOKEN_PREFIX = f"{os.getpid()}-{secrets.token_hex(4)}"
+_TOKEN_SERIAL = itertools.count(1)
+
+
+def new_token() -> str:
+    """A child's token: unique per parent process (pid and random part) and child (serial);
+    all of one fixed length, so that a zygote child can write its own over the server's."""
+    return f"{_TOKEN_PREFIX}-{next(_TOKEN_SERIAL):06d}"
+
+
+def pids_now() -> Set[int]:
+    return set(psutil.pids())
+
+
+class IsolationServerDied(RuntimeError):
+    """The zygote server died before it could fork the child asked for."""
+
+
+def _ended(proc: Optional[psutil.Process], timeout: float) -> bool:
+    """Whether an orphaned child ends within `timeout` s (gone, or a zombie nobody reaps)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if proc is None or not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
 
 
 def child_env(extra: Dict[str, str], probes_paths: Iterable[str], preload: Iterable[str] = ()) -> Dict[str, str]:
@@ -80,26 +125,28 @@ class SpawnLauncher:
     name = "spawn"
 
     def __init__(self, probes_paths: List[str], prestart: bool = (os.cpu_count() or 1) > 1,
-                 preload: List[str] = ()):
+                 preload: List[str] = (), on_note: Callable[[str], None] = lambda text: None):
         self.probes_paths = probes_paths
         self.preload = list(preload)
         self.prestart = prestart
+        self.on_note = on_note
         self._standby: Optional[ChildProcess] = None
 
     def _start(self, env: Dict[str, str]) -> ChildProcess:
         out_r, out_w = os.pipe()
         life_r, life_w = os.pipe()
         flags = subprocess.CREATE_NEW_PROCESS_GROUP if WINDOWS else 0  # type: ignore[attr-defined]
+        token = new_token()
         try:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "rocmcheck.child"], stdin=life_r, stdout=out_w, stderr=out_w,
-                env=child_env(env, self.probes_paths, self.preload), start_new_session=not WINDOWS, close_fds=True,
-                creationflags=flags,
+                env=child_env({**env, TOKEN_ENV: token}, self.probes_paths, self.preload),
+                start_new_session=not WINDOWS, close_fds=True, creationflags=flags,
             )
         finally:
             os.close(out_w)
             os.close(life_r)
-        child = ChildProcess(popen.pid, out_r, life_w, popen=popen)
+        child = ChildProcess(popen.pid, out_r, life_w, popen=popen, token=token)
         if WINDOWS:  # assigned before the task is sent, so no probe code runs outside the job
             from .winjob import Job
 
@@ -108,21 +155,46 @@ class SpawnLauncher:
         return child
 
     def launch(self, task_path: str, env: Dict[str, str]) -> ChildProcess:
-        """Hand the task to the standby child (same base environment) or a new one."""
+        """Hand the task to the standby child (same base environment) or a new one; a
+        standby that died waiting (killed by the OOM killer, say) is noted and replaced."""
         child = self._standby if (self._standby and not env) else None
+        if self._standby is not None and child is None:
+            self._retire(self._standby)
         self._standby = None
-        if child is None or child.popen.poll() is not None:
+        if child is not None and not self._hand_over(child, task_path):
+            self.on_note(f"the standby interpreter (pid {child.pid}) died before its task "
+                         f"({describe(child.popen.wait(), WINDOWS)}); started a fresh one")
+            self._retire(child)
+            child = None
+        if child is None:
             child = self._start(env)
-        os.write(child.lifeline_fd, task_path.encode() + b"\n")
+            self._hand_over(child, task_path)  # one that dies at once is a crash the watchdog reports
         if self.prestart:
             self._standby = self._start({})
         return child
 
+    @staticmethod
+    def _hand_over(child: ChildProcess, task_path: str) -> bool:
+        """Write the task path on the child's lifeline; False if the child is dead."""
+        child.before = pids_now()
+        try:
+            if child.popen.poll() is None:
+                os.write(child.lifeline_fd, task_path.encode() + b"\n")
+                return True
+        except BrokenPipeError:
+            pass
+        return False
+
+    @staticmethod
+    def _retire(child: ChildProcess) -> None:
+        """Kill a child that has run nothing (or died) and close its pipes."""
+        child.signal_tree(signal.SIGKILL)
+        child.popen.wait()
+        child.close_lifeline()
+        os.close(child.out_fd)
+
     def close(self) -> None:
         """Retire the standby child; it has run nothing, so it is simply killed."""
         if self._standby is not None:
-            self._standby.signal_tree(signal.SIGKILL)
-            self._standby.popen.wait()
-            self._standby.close_lifeline()
-            os.close(self._standby.out_fd)
+            self._retire(self._standby)
             self._standby = None

@@ -2,7 +2,8 @@
 
 Rows are probe variants (in the order the reports first list them); columns are
 machines, labelled by their fingerprint summary (arch, backend and version, torch,
-OS), the worst first. Reports with the same label are one column. A folder stands for
+OS), the worst first; a report from several GPUs has a column per GPU. Reports with the
+same label are one column. A folder stands for
 the reports in it (a fleet's node reports gathered in one place). Where they disagree the worst
 status wins (pass < skip < warn < fail < error < crash < hang) and the cell says
 how many of the column's verdicts for that variant had it: `FAIL 1/3`. A `*` marks
@@ -77,10 +78,15 @@ def build(loaded: List[Tuple[str, Dict[str, Any]]]) -> Dict[str, Any]:
     for name, report in loaded:
         statuses(report, name)  # rejects malformed verdicts with a one-line error
         fingerprint = report.get("fingerprint") or {}
-        label = summary(fingerprint)
-        machine = machines.setdefault(label, Machine(label, fingerprint))
-        machine.reports.append(name)
+        several = len((fingerprint.get("device") or {}).get("under_test") or []) > 1
         for verdict in report["verdicts"]:
+            label = summary(fingerprint)
+            gpu = (verdict.get("device") or {}).get("name") if isinstance(verdict.get("device"), dict) else None
+            if several and gpu:  # a node's GPUs each get a column
+                label = f"{label} / {gpu}"
+            machine = machines.setdefault(label, Machine(label, fingerprint))
+            if name not in machine.reports:
+                machine.reports.append(name)
             probes.setdefault(verdict["variant"], verdict.get("probe") or "")
             machine.verdicts.setdefault(verdict["variant"], []).append(verdict)
     ordered = sorted(machines.values(), key=_badness, reverse=True)  # the worst machines first (stable)

@@ -136,6 +136,7 @@ class ProbeSpec:
     fresh_interpreter: bool = False  # needs env set before `import torch` (allocator settings)
     env: Optional[Callable[[Mapping[str, Any]], Mapping[str, str]]] = field(default=None, compare=False)
     preload: Tuple[str, ...] = ()  # modules worth importing once in the zygote (e.g. torch._dynamo)
+    per_device: bool = True  # run once on every GPU under test; False: once per node (own device set)
 
     def expand(self) -> List["Variant"]:
         return [Variant(self, dict(p)) for p in self.variants]
@@ -199,6 +200,7 @@ class Verdict:
     evidence: Dict[str, Any] = field(default_factory=dict)
     known_issues: List[Dict[str, Any]] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)  # variables set for this variant only
+    device: Dict[str, Any] = field(default_factory=dict)  # the GPU it ran on: name, index, PCI address, UUID
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)

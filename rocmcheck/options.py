@@ -17,17 +17,19 @@ from . import faults, registry
 from .errors import UsageError
 
 ISOLATIONS = ("zygote", "spawn")
-DEVICE_HELP = "auto (first GPU, else the CPU), cpu, or cuda:N (ROCm GPUs use the cuda name too)"
+DEVICE_HELP = ("auto (every visible GPU; inside a torchrun rank its LOCAL_RANK GPU; the CPU only on a host "
+               "without GPU), all, cpu, or cuda:N[,M...] (ROCm GPUs use the cuda name too)")
 
 
 def device(text: str) -> str:
-    """auto, cpu or cuda:N (hip:N is the same device)."""
-    if text in ("auto", "cpu"):
+    """auto, all, cpu, or cuda:N[,M...] (hip:N is accepted: ROCm builds use the cuda name)."""
+    if text in ("auto", "all", "cpu"):
         return text
-    head, _, index = text.partition(":")
-    if head in ("cuda", "hip") and index.isdigit():
-        return f"cuda:{int(index)}"
-    raise ValueError(f"must be auto, cpu or cuda:N, not '{text}'")
+    head, _, indexes = text.partition(":")
+    numbers = indexes.split(",")
+    if head in ("cuda", "hip") and all(n.isdigit() for n in numbers):
+        return "cuda:" + ",".join(str(n) for n in dict.fromkeys(int(n) for n in numbers))
+    raise ValueError(f"must be auto, all, cpu or cuda:N[,M...], not '{text}'")
 
 
 def positive(text: str) -> float:
@@ -78,7 +80,7 @@ class Option:
 
 
 OPTIONS: Dict[str, Option] = {o.name: o for o in (
-    Option("device", DEVICE_HELP, "DEVICE", device, "auto, cpu or cuda:N", ini="string"),
+    Option("device", DEVICE_HELP, "DEVICE", device, "auto, all, cpu or cuda:N[,M...]", ini="string"),
     Option("isolation", "zygote: fork from a server that imported torch (POSIX default); spawn: fresh interpreter",
            "MODE", isolation, " or ".join(ISOLATIONS), choices=ISOLATIONS, ini="string"),
     Option("timeout", "per-variant timeout in seconds (overrides each probe's own)", "S", positive,

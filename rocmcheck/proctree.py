@@ -4,18 +4,11 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Set
 
 import psutil
 
-
-def group_alive(pgid: int) -> bool:
-    """Whether any process is left in process group `pgid` (zombies included)."""
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
+TOKEN_ENV = "ROCMCHECK_CHILD_TOKEN"  # unique per child: how its descendants are found wherever they moved
 
 
 def descendants(pid: int) -> List[psutil.Process]:
@@ -25,40 +18,46 @@ def descendants(pid: int) -> List[psutil.Process]:
         return []
 
 
-def session_members(sid: int) -> List[psutil.Process]:
-    """Processes still in session `sid` (grandchildren that left the process group)."""
-    members = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if os.getsid(proc.pid) == sid and proc.pid != os.getpid():
-                members.append(proc)
-        except (OSError, psutil.Error):
-            continue
-    return members
-
-
-def signal_tree(pid: int, sig: int, extra: List[psutil.Process] = ()) -> None:
+def signal_tree(pid: int, sig: int) -> None:
     """Send `sig` to the child's process group (it leads its own session) and to any
-    known descendant or session member that moved elsewhere."""
+    descendant still attached to it that moved to another group."""
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-    for proc in [*descendants(pid), *extra]:
+    for proc in descendants(pid):
         try:
             proc.send_signal(sig)
         except psutil.Error:
             pass
 
 
-def kill_leftovers(pid: int, thorough: bool = False) -> int:
-    """After the child ended: SIGKILL whatever is left of its group (and, when
-    `thorough`, of its session: a scan of every process, kept for abnormal ends)."""
-    if not thorough and not group_alive(pid):
-        return 0
-    left = session_members(pid)
-    signal_tree(pid, signal.SIGKILL, left)
-    return len(left)
+def leftovers(pid: int, token: str, before: Set[int]) -> List[psutil.Process]:
+    """What is left of an ended child's tree: the processes started since `before` (a pid
+    snapshot taken at launch) that are in its process group or session, or carry its
+    `token` in their environment (a daemon that left both). Nothing else is ever matched."""
+    found = []
+    for new in set(psutil.pids()) - before - {pid, os.getpid()}:
+        try:
+            proc = psutil.Process(new)
+            if pid in (os.getpgid(new), os.getsid(new)) or proc.environ().get(TOKEN_ENV) == token:
+                found.append(proc)
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+def kill_leftovers(pid: int, token: str, before: Set[int]) -> List[str]:
+    """SIGKILL what is left of an ended child's tree; returns what was killed, by pid and command."""
+    killed = []
+    for proc in leftovers(pid, token, before):
+        try:
+            what = " ".join(proc.cmdline()) or proc.name()
+            proc.kill()
+        except psutil.Error:
+            continue
+        killed.append(f"{proc.pid} {what[:200]}")
+    return killed
 
 
 def process_state(pid: int) -> Dict[str, str]:

@@ -36,6 +36,7 @@ def probe(
     fresh_interpreter: bool = False,
     env: Optional[Callable[[Mapping[str, Any]], Mapping[str, str]]] = None,
     preload: Sequence[str] = (),
+    per_device: bool = True,
 ) -> Callable[[ProbeFn], ProbeFn]:
     """Register `func(ctx, **params)` as a probe.
 
@@ -47,6 +48,8 @@ def probe(
     (the child is then a fresh interpreter); they are recorded in the verdict.
     `preload` names modules the zygote imports once when this probe is selected (an import
     that every child would otherwise pay for, like `torch._dynamo` before an optimizer step).
+    `per_device=False` runs the probe once per node instead of once on every GPU under test
+    (host checks, and multi-GPU probes that choose their own devices).
     """
     if not _ID_RE.match(id):
         raise ValueError(f"probe id {id!r} must match {_ID_RE.pattern}")
@@ -57,7 +60,7 @@ def probe(
             id=id, title=title, targets=targets, func=func, module=func.__module__,
             links=tuple(links), timeout=float(timeout), gate=gate, requires=req,
             variants=expand_variants(variants), fresh_interpreter=fresh_interpreter, env=env,
-            preload=tuple(preload),
+            preload=tuple(preload), per_device=per_device,
         )
         existing = _REGISTRY.get(id)
         if existing is not None and existing.module != spec.module:

@@ -20,8 +20,11 @@ def short(text: str, width: int = MESSAGE_WIDTH) -> str:
 
 
 def verdict_line(v: Dict[str, Any]) -> str:
-    """`  PASS  transfer[to-float32]  0.12s  ok`"""
-    return f"{v['status'].upper():>5}  {v['variant']}  {v.get('duration_s', 0):.2f}s  {short(v.get('message', ''))}"
+    """`  PASS  transfer[to-float32]  0.12s  ok`, with ` on cuda:N` for a verdict from a GPU."""
+    device = v.get("device") if isinstance(v.get("device"), dict) else {}
+    where = f" on {device['name']}" if device.get("name", "cpu") != "cpu" else ""
+    return (f"{v['status'].upper():>5}  {v['variant']}{where}  {v.get('duration_s', 0):.2f}s  "
+            f"{short(v.get('message', ''))}")
 
 
 def counts_line(report: Dict[str, Any]) -> str:

@@ -22,17 +22,31 @@ from typing import Any, Callable, Dict, List, Optional
 from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry
 from .errors import TorchMissing, UsageError
 from .exitcodes import describe, signal_of, signatures
-from .launch import SpawnLauncher
+from .launch import IsolationServerDied, SpawnLauncher
 from .model import DeviceInfo, Status, Variant, Verdict
 from .options import ISOLATIONS
 from .registry import module_file
+from .safetext import clean, clean_tree
 from .storage import Journal, SCHEMA, SCHEMA_VERSION, report_json, report_paths, write_atomic
 from . import watchdog
-from .watchdog import ChildEnd, supervise
+from .watchdog import TEARDOWN_WAIT_S, ChildEnd, supervise
 
 GPU_VISIBLE = "gpu-visible"  # the probe that fails when the host has GPUs that torch cannot use
 FACTS_TIMEOUT_S = 120.0
+CANARY_TIMEOUT_S = 20.0  # runtime init and one tiny kernel; a device that needs longer is not usable
+CANARY_CALL = "rocmcheck.child:device_canary"
+CANARY_PROBE = "device-canary"  # the name faults are injected under: --inject hang@device-canary
 EVIDENCE_TAIL_CHARS = 4000
+
+
+def device_indexes(wanted: str, count: int) -> List[int]:
+    """The GPUs `--device` names: auto = every visible GPU (inside a torchrun rank, LOCAL_RANK's
+    own), all = every visible GPU, cuda:N[,M...] = those."""
+    if wanted == "auto":
+        return [local_rank()] if "LOCAL_RANK" in os.environ else list(range(count))
+    if wanted == "all":
+        return list(range(count))
+    return [int(i) for i in wanted.split(":", 1)[1].split(",")]
 
 
 def local_rank() -> int:
@@ -62,6 +76,7 @@ class RunOptions:
     md_path: Optional[Path] = None
     write_files: bool = True
     command: str = "run"
+    teardown_wait: float = TEARDOWN_WAIT_S  # how long a SIGKILLed child may take to go before it is unkillable
     needs_torch: bool = True  # False for `rocmcheck env`, which reports a missing torch as a fact
     expect_gpus: Optional[int] = None  # fewer GPUs seen fails gpu-visible (a fleet's node check)
 
@@ -93,14 +108,17 @@ class Runner:
         self.verdicts: List[Verdict] = []
         self.isolation = options.isolation
         self.launcher: Any = None
-        self.device = DeviceInfo()
+        self.device = DeviceInfo()  # the first (or only) device under test
+        self.devices: List[DeviceInfo] = [self.device]  # every device under test, one queue each
         self.facts: Dict[str, Any] = {}
-        self.wedged: Optional[str] = None
+        self.wedged: Dict[str, str] = {}  # device -> the variant after which its canary failed
         self.gpu_problem: Optional[str] = None  # the host has GPUs that this torch cannot use
         self.journal: Optional[Journal] = None
         self.sections: Dict[str, Any] = {}  # extra report sections (doctor's results), written with the report
         self.current: Optional[str] = None  # what runs now, named in the report if interrupted
         self._seq = 0
+        self._lock = threading.Lock()  # per-device queues share the journal, the launcher and the counters
+        self._running: Dict[str, Any] = {}  # device -> (variant id, child) while a child runs there
         self.started_at = time.time()
 
     # --- files -------------------------------------------------------------------------
@@ -109,6 +127,7 @@ class Runner:
         return report_paths(self.opts.out_dir, self.run_id, self.opts.json_path, self.opts.md_path)
 
     def note(self, text: str) -> None:
+        text = clean(text)
         self.notes.append(text)
         self.on_note(text)
 
@@ -127,18 +146,29 @@ class Runner:
             zygote.close()
             self.isolation = "spawn"
             self.note(f"zygote unusable ({info.get('reason')}); using spawn isolation")
-        self.launcher = SpawnLauncher(paths, preload=self.opts.preload)
+        self.launcher = self._spawn_launcher()
+
+    def _spawn_launcher(self, **kwargs: Any) -> SpawnLauncher:
+        return SpawnLauncher([str(p) for p in self.opts.probes_paths], preload=self.opts.preload, on_note=self.note,
+                             **kwargs)
 
     def fall_back_to_spawn(self, why: str) -> None:
-        """A forked child could not initialise the GPU: fresh interpreters from now on."""
+        """A forked child could not initialise the GPU, or the zygote died: fresh interpreters from now on."""
         self.launcher.close()
         self.isolation = "spawn"
-        self.launcher = SpawnLauncher([str(p) for p in self.opts.probes_paths], preload=self.opts.preload)
+        self.launcher = self._spawn_launcher()
         self.note(f"fell back to spawn isolation: {why}")
 
+    def _check_server(self, when: str) -> None:
+        """The zygote died (the OOM killer picks by size, and it holds torch): say so, go on with spawn."""
+        with self._lock:  # several queues may see the death at once: one fallback
+            if self.isolation == "zygote" and self.launcher.dead:
+                self.fall_back_to_spawn(f"the isolation server died {when} ({self.launcher.death()})")
+
     def _task(self, **fields: Any) -> Dict[str, Any]:
-        self._seq += 1
-        base = self.tmp / f"{self._seq:04d}"
+        with self._lock:
+            self._seq += 1
+            base = self.tmp / f"{self._seq:04d}"
         return {"result_path": f"{base}.result.json", "stack_path": f"{base}.stack",
                 "started_path": f"{base}.started",
                 "probes_paths": [str(p) for p in self.opts.probes_paths], "faults": self.opts.inject, **fields}
@@ -147,12 +177,26 @@ class Runner:
         task_path = Path(task["result_path"]).with_suffix(".task")
         task_path.write_text(json.dumps(task), encoding="utf-8")
         env = {**self.opts.env, **env}
+        what = task.get("probe") or task["call"]
+        self._check_server(f"before {what}")
         launcher = self.launcher
         if (fresh or env) and self.isolation == "zygote":
-            launcher = SpawnLauncher(task["probes_paths"], prestart=False,  # env before `import torch`
-                                     preload=self.opts.preload)
-        child = launcher.launch(str(task_path), env)
-        return supervise(child, float(task["timeout"]), task["started_path"])
+            launcher = self._spawn_launcher(prestart=False)  # env before `import torch`
+        device = task.get("device", "")
+        try:
+            with self._lock:  # the zygote's socket and the spawn launcher's standby serve one launch at a time
+                child = launcher.launch(str(task_path), env)
+        except IsolationServerDied:
+            self._check_server(f"as {what} was starting")
+            with self._lock:
+                child = self.launcher.launch(str(task_path), env)
+        self._running[device] = (what, child)
+        try:
+            end = supervise(child, float(task["timeout"]), task["started_path"], teardown_wait=self.opts.teardown_wait)
+        finally:
+            self._running.pop(device, None)
+        self._check_server(f"while {what} ran")
+        return end
 
     # --- device ------------------------------------------------------------------------
 
@@ -160,10 +204,10 @@ class Runner:
         """Ask a child for device facts, hold them against the host's own GPU inventory, then
         turn `--device` into a DeviceInfo. `auto` falls back to the CPU only on a host without
         GPUs; a GPU host whose torch sees none is a failure, never a CPU self-test."""
-        task = self._task(call="rocmcheck.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S, faults="")
+        task = self._task(call="rocmcheck.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S)  # faults: in_facts only
         end = self._launch(task, {}, fresh=False)
         result = _read_result(task["result_path"])
-        self.facts = (result or {}).get("data") or {"error": _end_summary(end)}
+        self.facts = clean_tree((result or {}).get("data") or {"error": _end_summary(end)})
         if self.facts.get("torch_error") and self.opts.needs_torch:
             choice = hostgpu.torch_choice(hostgpu.read())
             raise TorchMissing(f"torch cannot be imported here ({self.facts['torch_error']}), so nothing can be "
@@ -179,18 +223,21 @@ class Runner:
             self.gpu_problem = problem
             self.note(f"NO-GO: {problem}")
             wanted = "cpu"
-        elif wanted == "auto":
-            wanted = f"cuda:{local_rank()}" if count else "cpu"
-            if not count:
-                self.note("no GPU on this host: running on the CPU; GPU-only probes are skipped")
-        if wanted != "cpu":
-            index = int(wanted.split(":")[1])
-            if index >= count:
-                raise UsageError(f"device {wanted} is not present ({count} GPU{'s' if count != 1 else ''} visible)")
-            arch = ((self.facts.get("devices") or [])[index] or {}).get("arch")
-            self.device = DeviceInfo(wanted, backend, count, arch)
+        elif wanted in ("auto", "all") and not count:
+            wanted = "cpu"
+            self.note("no GPU on this host: running on the CPU; GPU-only probes are skipped")
+        if wanted == "cpu":
+            self.devices = [DeviceInfo("cpu", "cpu", count, None)]
         else:
-            self.device = DeviceInfo("cpu", "cpu", count, None)
+            indexes = device_indexes(wanted, count)
+            missing = [i for i in indexes if i >= count]
+            if missing:
+                raise UsageError(f"device cuda:{missing[0]} is not present ({count} GPU{'s' if count != 1 else ''} "
+                                 "visible)")
+            devices = self.facts.get("devices") or []
+            self.devices = [DeviceInfo(f"cuda:{i}", backend, count, ((devices[i] if i < len(devices) else None)
+                                                                    or {}).get("arch")) for i in indexes]
+        self.device = self.devices[0]
 
     def with_gpu_check(self, variants: List[Variant]) -> List[Variant]:
         """Where torch cannot use the host's GPUs, or a GPU count is expected, the check that says so
@@ -205,24 +252,42 @@ class Runner:
     def fingerprint(self) -> Dict[str, Any]:
         dev = self.device
         return {"host": fingerprint.host_facts(), "device_facts": self.facts,
-                "device": {"name": dev.name, "backend": dev.backend, "count": dev.count, "arch": dev.arch}}
+                "device": {"name": dev.name, "backend": dev.backend, "count": dev.count, "arch": dev.arch,
+                           "under_test": [d.name for d in self.devices]}}
+
+    def device_label(self, device: DeviceInfo) -> Dict[str, Any]:
+        """What names a GPU in a verdict: its torch name and index, arch, PCI address, UUID."""
+        if device.kind == "cpu":
+            return {"name": "cpu"}
+        index = int(device.name.split(":")[1])
+        facts = (self.facts.get("devices") or [None] * (index + 1))[index] or {}
+        return {"name": device.name, "index": index, "arch": device.arch, "model": facts.get("name"),
+                "pci_address": facts.get("pci_address"), "uuid": facts.get("uuid")}
 
     # --- one variant -------------------------------------------------------------------
 
     def run_variant(self, variant: Variant, env: Optional[Dict[str, str]] = None,
-                    timeout: Optional[float] = None) -> Verdict:
-        """Run one variant in its child; `env` adds variables set before the child imports torch
-        (a fresh interpreter then), `timeout` replaces the variant's own (doctor's attempts)."""
+                    timeout: Optional[float] = None, device: Optional[DeviceInfo] = None) -> Verdict:
+        """Run one variant in its child on `device` (default: the first under test); `env` adds
+        variables set before the child imports torch (a fresh interpreter then), `timeout`
+        replaces the variant's own (doctor's attempts)."""
+        device = device or self.device
+        verdict = self._run_variant(variant, env, timeout, device)
+        verdict.device = self.device_label(device)
+        return verdict
+
+    def _run_variant(self, variant: Variant, env: Optional[Dict[str, str]], timeout: Optional[float],
+                     device: DeviceInfo) -> Verdict:
         spec = variant.spec
-        reason = spec.requires.unmet(self.device, sys.platform)
+        reason = spec.requires.unmet(device, sys.platform)
         if self.gpu_problem and spec.id != GPU_VISIBLE:
             reason = f"not run: torch cannot use this host's GPU (see {GPU_VISIBLE})"
-        if reason is None and self.wedged and self.device.kind == "gpu":
-            reason = f"skipped: an earlier probe ({self.wedged}) left a process that cannot be killed"
+        if reason is None and self.wedged.get(device.name) and device.kind == "gpu":
+            reason = f"skipped: device unusable after {self.wedged[device.name]}"
         if reason:
             return Verdict(spec.id, variant.id, Status.SKIP, dict(variant.params), reason)
         timeout = timeout or self.opts.timeout or spec.timeout
-        task = self._task(probe=spec.id, params=variant.params, device=self.device.name,
+        task = self._task(probe=spec.id, params=variant.params, device=device.name,
                           device_requested=self.opts.device, device_facts=self.facts,
                           expect_gpus=self.opts.expect_gpus, profile=self.opts.profile,
                           timeout=timeout, module_file=module_file(spec))
@@ -231,15 +296,37 @@ class Runner:
         end = self._launch(task, variant_env, spec.fresh_interpreter)
         result = _read_result(task["result_path"])
         if result and result.get("gpu_init_failed") and self.isolation == "zygote":
-            self.fall_back_to_spawn(result.get("message", "GPU init failed in a forked child"))
-            return self.run_variant(variant, env, timeout)
+            with self._lock:
+                if self.isolation == "zygote":  # another queue may have fallen back already
+                    self.fall_back_to_spawn(result.get("message", "GPU init failed in a forked child"))
+            return self._run_variant(variant, env, timeout, device)
         verdict = assemble(variant, end, result, _read_text(task["stack_path"]), timeout)
-        if self.device.kind == "gpu" and verdict.status.is_bad:
+        if device.kind == "gpu" and verdict.status.is_bad:
             verdict.evidence.update(kernellog.evidence(log_since))
         verdict.env = {**self.opts.env, **variant_env}
-        if end.unkillable:
-            self.wedged = variant.id
+        if verdict.status is Status.HANG and device.kind == "gpu":
+            verdict.evidence["device_canary"] = self.device_canary(variant.id, device)
         return verdict
+
+    def device_canary(self, after: str, device: DeviceInfo) -> Dict[str, Any]:
+        """After a hang on the GPU: does a tiny kernel in a fresh child still run? If not, the
+        remaining GPU probes are skipped ("device unusable after <variant>")."""
+        task = self._task(call=CANARY_CALL, probe=CANARY_PROBE, device=device.name, timeout=CANARY_TIMEOUT_S)
+        end = self._launch(task, {}, fresh=False)
+        result = _read_result(task["result_path"])
+        data = (result or {}).get("data") or {}
+        usable = not end.timed_out and bool(data.get("ok"))
+        why = (f"no answer within {CANARY_TIMEOUT_S:g}s" if end.timed_out else
+               data.get("problem") or (result or {}).get("message") or _end_summary(end))
+        outcome = {"usable": usable, "elapsed_s": round(end.elapsed_s, 3), **({} if usable else {"problem": why})}
+        if usable:
+            self.note(f"device canary after the hang of {after}: a kernel ran in {end.elapsed_s:.2f}s; "
+                      f"the remaining GPU probes run")
+        else:
+            self.wedged[device.name] = after
+            self.note(f"device canary on {device.name} after the hang of {after} failed ({why}); "
+                      f"the remaining probes on that GPU are skipped")
+        return clean_tree(outcome)
 
     # --- the whole run -----------------------------------------------------------------
 
@@ -252,15 +339,63 @@ class Runner:
             self.journal.append({"record": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
                                  **self._header()})
 
-    def run_one(self, variant: Variant) -> Verdict:
+    def run_one(self, variant: Variant, device: Optional[DeviceInfo] = None) -> Verdict:
         """Run one variant after `start()`: journal, verdict, known issues, callback."""
-        self._journal({"record": "started", "variant": variant.id})
-        verdict = self.run_variant(variant)
+        device = device or self.device
+        with self._lock:
+            self._journal({"record": "started", "variant": variant.id, "device": device.name})
+        verdict = self.run_variant(variant, device=device)
         known_issues.annotate(verdict, self.fingerprint_cache)
-        self.verdicts.append(verdict)
-        self._journal({"record": "verdict", "verdict": verdict.to_dict()})
-        self.on_verdict(verdict)
+        with self._lock:
+            self.verdicts.append(verdict)
+            self._journal({"record": "verdict", "verdict": verdict.to_dict()})
+            self.on_verdict(verdict)
         return verdict
+
+    def run_queues(self, variants: List[Variant]) -> None:
+        """Run `variants` on every device under test: one queue per device, the queues at once,
+        one probe at a time per device. A hang on one device never holds up another. Probes
+        that are per node (host checks, multi-GPU probes with their own devices) run first, once."""
+        once = [v for v in variants if not v.spec.per_device or len(self.devices) == 1]
+        for variant in once:
+            self.current = variant.id
+            self.run_one(variant)
+            self.current = None
+        spread = [v for v in variants if v.spec.per_device and len(self.devices) > 1]
+        if not spread:
+            return
+        stop = threading.Event()
+        errors: List[BaseException] = []
+
+        def queue(device: DeviceInfo) -> None:
+            try:
+                for variant in spread:
+                    if stop.is_set():
+                        return
+                    self.run_one(variant, device)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+                errors.append(exc)
+                stop.set()
+
+        workers = [threading.Thread(target=queue, args=(d,), name=f"rocmcheck-{d.name}", daemon=True)
+                   for d in self.devices]
+        for worker in workers:
+            worker.start()
+        try:
+            alive = workers
+            while alive:  # joined in slices so Ctrl-C and SIGTERM reach this thread
+                alive[0].join(0.1)
+                alive = [w for w in workers if w.is_alive()]
+        except BaseException:
+            stop.set()
+            self.current = ", ".join(f"{v} on {d}" for d, (v, _) in list(self._running.items())) or None
+            for _, child in list(self._running.values()):
+                child.signal_tree(watchdog.SIGKILL)
+            for worker in workers:
+                worker.join(5.0)
+            raise
+        if errors:
+            raise errors[0]
 
     def close_launcher(self) -> None:
         if self.launcher is not None:
@@ -286,10 +421,7 @@ class Runner:
         interrupted: Optional[str] = None
         try:
             self.start()
-            for variant in self.with_gpu_check(variants):
-                self.current = variant.id
-                self.run_one(variant)
-                self.current = None
+            self.run_queues(self.with_gpu_check(variants))
             if after is not None:
                 after()
         except (KeyboardInterrupt, Interrupted) as exc:
@@ -348,12 +480,20 @@ def _read_text(path: str) -> str:
         return ""
 
 
+# What assembly reads from a result file, by type: a field of another type (a probe that
+# wrote the file itself) is dropped, not a traceback.
+RESULT_TYPES = {"message": str, "measurements": dict, "exception": dict, "faults_installed": list,
+                "probe_s": (int, float), "data": dict}
+
+
 def _read_result(path: str) -> Optional[Dict[str, Any]]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("status") in {s.value for s in Status} else None
+    if not isinstance(data, dict) or data.get("status") not in {s.value for s in Status}:
+        return None
+    return {k: v for k, v in data.items() if k not in RESULT_TYPES or isinstance(v, RESULT_TYPES[k])}
 
 
 def _end_summary(end: ChildEnd) -> str:
@@ -363,6 +503,8 @@ def _end_summary(end: ChildEnd) -> str:
 def evidence_of(end: ChildEnd, stack: str) -> Dict[str, Any]:
     evidence: Dict[str, Any] = {"exit": describe(end.returncode, os.name == "nt"), "returncode": end.returncode,
                                 "elapsed_s": round(end.elapsed_s, 3)}
+    if end.lost:
+        evidence["exit"] = "unknown: the isolation server that would report it died"
     if signal_of(end.returncode):
         evidence["signal"] = describe(end.returncode)
     if end.output:
@@ -378,7 +520,10 @@ def evidence_of(end: ChildEnd, stack: str) -> Dict[str, Any]:
     if end.kill_steps:
         evidence["kill_steps"] = end.kill_steps
     if end.leftovers_killed:
-        evidence["leftover_processes_killed"] = end.leftovers_killed
+        evidence["leftover_processes_killed"] = len(end.leftovers_killed)
+        evidence["leftover_processes"] = end.leftovers_killed
+    if "SIGKILL" in end.kill_steps:
+        evidence["teardown"] = {"waited_s": round(end.teardown_s, 3), "states_seen": end.teardown_states}
     if end.unkillable:
         evidence["unkillable"] = end.state
     return evidence
@@ -390,8 +535,6 @@ def _no_result(end: ChildEnd) -> tuple:
         return Status.CRASH, "killed by SIGKILL, not by rocmcheck: possibly the kernel's OOM killer"
     if sig:
         return Status.CRASH, f"crashed: {describe(end.returncode)}"
-    if end.returncode is None:
-        return Status.ERROR, "lost track of the child (isolation server died)"
     if end.returncode != 0:
         return Status.CRASH, f"exited with {describe(end.returncode, os.name == 'nt')} without a result"
     return Status.ERROR, "exited without a result (exit 0): no verdict was reported"
@@ -413,14 +556,16 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
                       f"({', '.join(end.kill_steps)})"
         if end.unkillable:
             message = f"no verdict within {timeout:g}s and the child could not be killed " \
-                      f"(state {end.state.get('status', '?')}); remaining GPU probes skipped"
+                      f"(state {end.state.get('status', '?')} {end.teardown_s:.0f}s after SIGKILL)"
+    elif result is None and end.lost:
+        status, message = Status.CRASH, "the isolation server died, and the child ended without a result"
     elif result is None:
         status, message = _no_result(end)
     else:
         status, message = Status(result["status"]), result.get("message", "")
         measurements = result.get("measurements") or {}
         if result.get("exception") and status in (Status.FAIL, Status.ERROR):
-            evidence["traceback"] = result["exception"].get("traceback", "")[-EVIDENCE_TAIL_CHARS:]
+            evidence["traceback"] = str(result["exception"].get("traceback", ""))[-EVIDENCE_TAIL_CHARS:]
             found = signatures(message + "\n" + evidence["traceback"])
             if found:
                 evidence["signatures"] = sorted(set(evidence.get("signatures", [])) | set(found))
@@ -428,5 +573,5 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
             evidence["faults_injected"] = result["faults_installed"]
         if "probe_s" in result:
             measurements.setdefault("probe_s", round(result["probe_s"], 4))
-    return Verdict(variant.spec.id, variant.id, status, dict(variant.params), message,
-                   round(end.elapsed_s, 4), measurements, evidence)
+    return Verdict(variant.spec.id, variant.id, status, dict(variant.params), clean(message),
+                   round(end.elapsed_s, 4), clean_tree(measurements), clean_tree(evidence))

@@ -11,6 +11,7 @@ from .options import check
 from .runner import RunOptions, Runner
 from .selection import select
 
+
 def gate_variants(specs: Dict[str, registry.ProbeSpec], require: Iterable[str] = ()) -> List[Variant]:
     """The gate set; `require` replaces it with the named probes (their gate variants, or
     all their variants when they have none in the gate), which narrows or widens it."""

@@ -1,9 +1,10 @@
 """Supervise one child: wait for its end or its deadline, then kill the whole tree.
 
 On timeout: ask for every thread's Python stack (SIGUSR1 -> faulthandler), TERM the
-process group, KILL it after a grace period, then wait a bounded time. A child that
-still lives is recorded as unkillable (with its /proc state) and abandoned: the run
-goes on instead of hanging with it.
+process group, KILL it after a grace period, then wait a bounded time (tens of seconds:
+a GPU process killed mid-kernel spends seconds in driver teardown). A child that still
+lives then is recorded as unkillable (with its /proc state) and abandoned: the run goes
+on instead of hanging with it.
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from .proctree import process_state
 
 STACK_WAIT_S = 0.3
 TERM_GRACE_S = 0.5
-KILL_WAIT_S = 1.0
+KILL_WAIT_S = 1.0  # after an interrupt: the user is waiting
+TEARDOWN_WAIT_S = 30.0  # after SIGKILL on timeout: a GPU process spends seconds in driver teardown (state D)
 STARTUP_LIMIT_S = 300.0  # interpreter start, `import torch` and GPU runtime init: not a probe's timeout
 FIRST_USE_LIMIT_S = 600.0  # a probe's first-use compilation (`ctx.first_use()`): not its timeout either
 SIGKILL = getattr(signal, "SIGKILL", 9)  # Windows: the job is terminated instead
@@ -36,15 +38,18 @@ class ChildEnd:
     never_started: bool = False  # timed out before the child began its task (stuck importing or initialising)
     in_first_use: bool = False  # timed out inside the probe's first-use compilation
     unkillable: bool = False
+    lost: bool = False  # it ended, but the isolation server that would report its exit status died
     output: str = ""
     output_bytes: int = 0
     output_cut: int = 0
-    leftovers_killed: int = 0
+    leftovers_killed: list = field(default_factory=list)  # "pid command" of each
     state: Dict[str, str] = field(default_factory=dict)
     kill_steps: list = field(default_factory=list)
+    teardown_s: float = 0.0  # from SIGKILL to the end (or to giving up)
+    teardown_states: list = field(default_factory=list)  # process states seen meanwhile
 
 
-def _kill_after_timeout(child: ChildProcess, end: ChildEnd) -> None:
+def _kill_after_timeout(child: ChildProcess, end: ChildEnd, teardown_wait: float) -> None:
     if hasattr(signal, "SIGUSR1"):
         try:
             os.kill(child.pid, signal.SIGUSR1)
@@ -52,14 +57,31 @@ def _kill_after_timeout(child: ChildProcess, end: ChildEnd) -> None:
         except OSError:
             pass
         time.sleep(STACK_WAIT_S)
-    for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (SIGKILL, KILL_WAIT_S)):
-        child.signal_tree(sig)
-        end.kill_steps.append("SIGTERM" if sig == signal.SIGTERM else "SIGKILL")
-        end.returncode = child.wait(wait)
-        if end.returncode is not None:
-            return
-    end.unkillable = True
-    end.state = process_state(child.pid)
+    child.signal_tree(signal.SIGTERM)
+    end.kill_steps.append("SIGTERM")
+    end.returncode = child.wait(TERM_GRACE_S)
+    if end.returncode is not None or child.lost:
+        return
+    child.signal_tree(SIGKILL)
+    end.kill_steps.append("SIGKILL")
+    _wait_for_teardown(child, end, teardown_wait)
+
+
+def _wait_for_teardown(child: ChildProcess, end: ChildEnd, limit: float) -> None:
+    """Wait up to `limit` s for a SIGKILLed child to go, re-reading its state: only one still
+    there after that is unkillable. The states seen (D: in driver teardown) go to the evidence."""
+    start = time.monotonic()
+    while True:
+        end.returncode = child.wait(min(0.25, max(limit - (time.monotonic() - start), 0)))
+        if end.returncode is not None or child.lost:
+            break
+        state = process_state(child.pid)
+        if state.get("status") and state["status"] not in end.teardown_states:
+            end.teardown_states.append(state["status"])
+        if time.monotonic() - start >= limit:
+            end.unkillable, end.state = True, state
+            break
+    end.teardown_s = time.monotonic() - start
 
 
 def _started_at(path: Optional[str]) -> Optional[float]:
@@ -71,7 +93,8 @@ def _started_at(path: Optional[str]) -> Optional[float]:
 
 
 def supervise(child: ChildProcess, timeout: float, started_path: Optional[str] = None,
-              startup_limit: float = STARTUP_LIMIT_S, first_use_limit: Optional[float] = None) -> ChildEnd:
+              startup_limit: float = STARTUP_LIMIT_S, first_use_limit: Optional[float] = None,
+              teardown_wait: float = TEARDOWN_WAIT_S) -> ChildEnd:
     """Wait for `child`; always returns, always leaves no tree behind (save an unkillable
     process). The `timeout` runs from the moment the child marks `started_path`, once its
     interpreter, `import torch` and the GPU runtime are up (all within `startup_limit`), and
@@ -82,7 +105,7 @@ def supervise(child: ChildProcess, timeout: float, started_path: Optional[str] =
     began = None if started_path else start
     end = ChildEnd(returncode=None, elapsed_s=0.0)
     try:
-        while end.returncode is None:
+        while end.returncode is None and not child.lost:
             if started_path:  # read on every round: `ctx.first_use()` moves the marker forward
                 began = _started_at(started_path) or began
             warming = _started_at(started_path + FIRST_USE_SUFFIX) if began is not None and started_path else None
@@ -95,7 +118,7 @@ def supervise(child: ChildProcess, timeout: float, started_path: Optional[str] =
                 end.timed_out = True
                 end.never_started = began is None
                 end.in_first_use = warming is not None
-                _kill_after_timeout(child, end)
+                _kill_after_timeout(child, end, teardown_wait)
                 break
             end.returncode = child.wait(min(left, 0.25 if began is not None else 0.02))
     except BaseException:
@@ -104,8 +127,9 @@ def supervise(child: ChildProcess, timeout: float, started_path: Optional[str] =
         raise
     finally:
         end.elapsed_s = time.monotonic() - (began if began is not None else start)
+        end.lost = child.lost
         if not end.unkillable:
-            end.leftovers_killed = child.kill_leftovers(thorough=end.timed_out)
+            end.leftovers_killed = child.kill_leftovers()
         child.close_lifeline()
         drain.finish(timeout=0.5 if end.timed_out else 2.0)
         end.output, end.output_bytes, end.output_cut = drain.text(), drain.total, drain.truncated

@@ -8,6 +8,7 @@ When the parent goes away the server kills every live child and exits.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
@@ -18,7 +19,11 @@ import sys
 import threading
 from typing import Dict, List, Optional
 
-from .launch import ChildProcess, child_env
+import psutil
+
+from .exitcodes import describe
+from .launch import ChildProcess, IsolationServerDied, child_env, new_token, pids_now
+from .proctree import TOKEN_ENV
 
 ZYGOTE_ENV = "ROCMCHECK_ISOLATION"
 
@@ -42,7 +47,8 @@ class ZygoteLauncher:
         self._server = subprocess.Popen(
             [sys.executable, "-m", "rocmcheck.zygote", str(theirs.fileno())],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, env=child_env({}, probes_paths, preload), start_new_session=True,
+            stderr=subprocess.PIPE, env=child_env({TOKEN_ENV: new_token()}, probes_paths, preload),
+            start_new_session=True,
         )
         theirs.close()
         self._cond = threading.Condition()
@@ -89,21 +95,39 @@ class ZygoteLauncher:
         return self.info
 
     def launch(self, task_path: str, env: Dict[str, str]) -> ChildProcess:
+        """Fork a child through the server; IsolationServerDied if the server is gone."""
         out_r, out_w = os.pipe()
         life_r, life_w = os.pipe()
+        token, before = new_token(), pids_now()
         try:
             with self._cond:
-                _send(self._sock, {"op": "fork", "task": task_path, "env": env}, [out_w, life_r])
+                try:
+                    _send(self._sock, {"op": "fork", "task": task_path, "env": env, "token": token}, [out_w, life_r])
+                except OSError:  # the reader thread sees the end of the socket in a moment
+                    self._cond.wait_for(lambda: self.dead, 5)
                 self._cond.wait_for(lambda: self._replies or self.dead, 30)
-                reply = self._replies.pop(0) if self._replies else {"op": "error", "reason": "zygote died"}
+                reply = self._replies.pop(0) if self._replies else None
         finally:
             os.close(out_w)
             os.close(life_r)
-        if reply["op"] != "forked":
+        if reply is None or reply["op"] != "forked":
             os.close(out_r)
             os.close(life_w)
+            if reply is None:
+                raise IsolationServerDied(self.death())
             raise RuntimeError(reply.get("reason", "zygote could not fork"))
-        return ChildProcess(reply["pid"], out_r, life_w, zygote=self)
+        try:
+            handle: Optional[psutil.Process] = psutil.Process(reply["pid"])
+        except psutil.NoSuchProcess:  # already ended and reaped: its exit message is on the way
+            handle = None
+        return ChildProcess(reply["pid"], out_r, life_w, zygote=self, handle=handle, token=token, before=before)
+
+    def death(self) -> str:
+        """How the server ended, for the report (it is our child: its status is ours to read)."""
+        try:
+            return f"pid {self._server.pid}, {describe(self._server.wait(1))}"
+        except subprocess.TimeoutExpired:
+            return f"pid {self._server.pid}, its socket closed"
 
     def wait_exit(self, pid: int, timeout: float) -> Optional[int]:
         with self._cond:
@@ -145,7 +169,8 @@ def _fork_child(sock: socket.socket, wake_r: int, wake_w: int, msg: dict, fds: L
         os.dup2(out_w, 2)
         os.close(out_w)
         os.close(life_r)
-        os.environ.update(msg.get("env") or {})
+        _stamp_token(msg["token"])
+        os.environ.update({**(msg.get("env") or {}), TOKEN_ENV: msg["token"]})
         from . import child
 
         child.watch_lifeline(0)
@@ -153,6 +178,24 @@ def _fork_child(sock: socket.socket, wake_r: int, wake_w: int, msg: dict, fds: L
             child.execute(json.load(fh))
     finally:
         os._exit(72)
+
+
+def _stamp_token(token: str) -> None:
+    """Write the child's token over the server's, in place, in the environment block that
+    /proc/<pid>/environ shows: descendants forked without exec (a daemon's double fork)
+    carry that block, not os.environ. Both tokens have the same length."""
+    import ctypes
+
+    environ = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    key = f"{TOKEN_ENV}=".encode()
+    for i in itertools.count():
+        entry = environ[i]
+        if entry is None:
+            return
+        if entry.startswith(key) and len(entry) == len(key) + len(token):
+            address = ctypes.cast(environ, ctypes.POINTER(ctypes.c_void_p))[i]
+            ctypes.memmove(address + len(key), token.encode(), len(token))
+            return
 
 
 def _reap(sock: socket.socket, live: set) -> None:

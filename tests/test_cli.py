@@ -18,7 +18,7 @@ def cli(*args: str, env=None, cwd=None) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("args,message", [
     (["run", "--probe", "no-such-probe"], "unknown probe id 'no-such-probe'"),
-    (["run", "--device", "gpu7"], "--device must be auto, cpu or cuda:N"),
+    (["run", "--device", "gpu7"], "--device must be auto, all, cpu or cuda:N[,M...]"),
     (["run", "--timeout", "-1"], "must be positive"),
     (["run", "--timeout", "soon"], "is not a number"),
     (["run", "--inject", "melt"], "unknown fault 'melt'"),

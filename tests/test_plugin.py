@@ -245,7 +245,7 @@ def test_xdist_mode_that_could_run_probes_concurrently_is_refused(project: pytes
 
 
 @pytest.mark.parametrize("args, ini, message", [
-    (["--rocm-device", "gpu7"], "", "--rocm-device must be auto, cpu or cuda:N, not 'gpu7'"),
+    (["--rocm-device", "gpu7"], "", "--rocm-device must be auto, all, cpu or cuda:N[,M...], not 'gpu7'"),
     ([], "rocm_isolation = fork", "ini option rocm_isolation must be zygote or spawn, not 'fork'"),
     (["--rocm-timeout", "0"], "", "--rocm-timeout must be a positive number of seconds, not '0'"),
     (["--rocm-baseline", "missing.json"], "", "*missing.json: cannot read*"),

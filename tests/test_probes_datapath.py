@@ -17,7 +17,7 @@ import pytest
 from conftest import by_variant
 
 OUR_PROBES = ("transfer", "numerics", "gemm", "training")
-OURS = "transfer[ or numerics[ or gemm[ or training["  # -k expression: our variants only
+OURS = "(transfer[ or numerics[ or gemm[ or training[) and not hf-training["  # -k expression: our variants only
 TRANSFER_METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream", "d2h", "d2d")
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +37,7 @@ def test_every_variant_passes_without_faults_or_skips_with_its_reason(rocm_run):
         else:
             assert v["status"] == "pass", (variant, v["message"])
     transfer = verdicts["transfer[to-isolated]"]["measurements"]
-    assert transfer["copies"] == 32 and transfer["bfloat16_mismatches"] == 0 and transfer["gbps"] > 0
+    assert transfer["copies"] == 32 and transfer["bfloat16_mismatches"] == 0
     assert verdicts["gemm[fp32-default]"]["measurements"]["blas"].startswith("cpu")
     assert verdicts["training[bf16-autocast]"]["measurements"]["grad_rel_err"] > 0  # a real comparison ran
 

@@ -105,6 +105,44 @@ def test_wrong_output_with_non_contiguous_v_fails_naming_the_case(rocm_run):
                                                    "mha"}
 
 
+def test_one_case_raising_is_error_naming_it_and_the_other_cases_are_still_compared(rocm_run):
+    verdicts = by_variant(rocm_run(probe="attention-sdpa", keyword="fp32 and (math or flash)",
+                                   inject="sdpa-case-error:80,sdpa-wrong:flash"))
+    frontend = "RuntimeError: cuDNN Frontend error: No execution plans support the graph."
+    for verdict in verdicts.values():
+        assert verdict["measurements"]["case_errors"] == {"d80": frontend}
+        assert set(verdict["measurements"]["cases"]) == {"d64", "d128", "causal", "left-pad", "v-strided", "len-77",
+                                                         "mha"}
+    math = verdicts["attention-sdpa[math-fp32]"]
+    assert math["status"] == "error", math["message"]
+    assert math["message"] == f"math fp32: d80 raised, 7 other cases compared; d80: {frontend}"
+    flash = verdicts["attention-sdpa[flash-fp32]"]  # a wrong result outranks another case's error
+    assert flash["status"] == "fail" and "v-strided: out error" in flash["message"]
+
+
+def test_a_case_without_kernel_is_skipped_alone_and_every_case_without_one_skips(rocm_run):
+    (verdict,) = rocm_run(probe="attention-sdpa", keyword="math and fp32", inject="sdpa-no-kernel:80")
+    assert verdict["status"] == "pass", verdict["message"]
+    measured = verdict["measurements"]
+    assert set(measured["unsupported"]) == {"d80"} and "No available kernel" in measured["unsupported"]["d80"]
+    assert "d80" not in measured["cases"] and "d128" in measured["cases"] and measured["case_errors"] == {}
+    (verdict,) = rocm_run(probe="attention-sdpa", keyword="math and fp32", inject="sdpa-no-kernel:64", profile="gate")
+    assert verdict["status"] == "skip", verdict["message"]  # the gate's cases all have head dim 64
+    assert "math attention is not available for fp32" in verdict["message"]
+    assert set(verdict["measurements"]["unsupported"]) == {"d64", "causal", "left-pad", "mha"}
+
+
+def test_nan_in_fully_masked_rows_passes_and_nan_leaking_into_valid_keys_fails(rocm_run):
+    # NaN in fully masked rows' out/dq and in the dk/dv of keys no query sees: a convention, not compared
+    (verdict,) = rocm_run(probe="attention-sdpa", keyword="math and fp32", inject="sdpa-masked-nan:masked",
+                          profile="gate")
+    assert verdict["status"] == "pass", verdict["message"]
+    (verdict,) = rocm_run(probe="attention-sdpa", keyword="math and fp32", inject="sdpa-masked-nan:leak",
+                          profile="gate")
+    assert verdict["status"] == "fail"  # every valid key of the padded rows: (64 - 5 + 64 - 19) keys x 4 heads x d 64
+    assert verdict["message"] == "math fp32: left-pad: dk has 26624 NaN/Inf; left-pad: dv has 26624 NaN/Inf"
+
+
 def test_attention_reference_matches_finite_differences():
     import numpy as np
 

@@ -31,6 +31,7 @@ class Fault:
     install: Callable[[Optional[str]], None]
     args: str = ""  # what ARG may be, for the catalogue
     choices: Tuple[str, ...] = ()
+    in_facts: bool = False  # also installed in the device-facts child (what torch reports about devices)
 
     def check_arg(self, arg: Optional[str]) -> None:
         """ARG must match one of `choices` (globs allowed); with none, `args` names a whole
@@ -46,16 +47,17 @@ class Fault:
             raise UsageError(f"fault '{self.name}' takes a whole number ({self.args}), not '{arg}'")
 
 
-def fault(name: str, help: str, args: str = "", choices: Sequence[str] = ()) -> Callable[
+def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_facts: bool = False) -> Callable[
         [Callable[[Optional[str]], None]], Callable[[Optional[str]], None]]:
     """Register `install(arg)` as fault `name`; it runs in the child before the probe.
 
     `choices` lists what ARG may name (a glob over them is accepted); without choices,
-    `args` describes a whole-number ARG; a fault with neither takes no ARG.
+    `args` describes a whole-number ARG; a fault with neither takes no ARG. `in_facts`: the
+    fault changes what torch reports about devices, so the device-facts child gets it too.
     """
 
     def register(install: Callable[[Optional[str]], None]) -> Callable[[Optional[str]], None]:
-        _FAULTS[name] = Fault(name, help, install, args or "|".join(choices), tuple(choices))
+        _FAULTS[name] = Fault(name, help, install, args or "|".join(choices), tuple(choices), in_facts)
         return install
 
     return register
@@ -96,12 +98,13 @@ def parse(spec: str) -> List[FaultRequest]:
     return requests
 
 
-def install(requests: List[FaultRequest], probe_id: str) -> List[str]:
-    """Install the requests that apply to `probe_id`; returns what was installed."""
+def install(requests: List[FaultRequest], probe_id: str, facts_only: bool = False) -> List[str]:
+    """Install the requests that apply to `probe_id` (in the device-facts child: only the faults
+    that change what torch reports about devices); returns what was installed."""
     known = catalogue()
     installed = []
     for req in requests:
-        if req.applies_to(probe_id):
+        if req.applies_to(probe_id) and (known[req.name].in_facts or not facts_only):
             known[req.name].install(req.arg)
             installed.append(str(req))
     return installed

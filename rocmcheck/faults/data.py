@@ -336,3 +336,48 @@ def _backward_hang(arg: Optional[str]) -> None:
     import torch.autograd
 
     torch.autograd.backward = _blocking_backward
+
+
+@fault("conv-wrong", "convolutions return output channel 0 scaled by 1.5 (forward, the default) or gradients scaled by "
+                     "1.5 (backward), with no error (MIOpen's order-dependent convolution ~30% off)",
+       choices=("forward", "backward"))
+def _conv_wrong(arg: Optional[str]) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    class WrongBackward(torch.autograd.Function):
+        """The identity forward; the gradient flowing into the convolution scaled by 1.5."""
+
+        @staticmethod
+        def forward(ctx: Any, out: Any) -> Any:
+            return out.view_as(out)
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return grad * 1.5
+
+    def wrap(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def conv2d(*args: Any, **kwargs: Any) -> Any:
+            out = orig(*args, **kwargs)
+            if arg == "backward":
+                return WrongBackward.apply(out)
+            scale = torch.ones(out.shape[1], 1, 1, dtype=out.dtype, device=out.device)
+            scale[0] = 1.5
+            return out * scale
+        return conv2d
+
+    patch(F, "conv2d", wrap)
+
+
+@fault("compile-wrong", "torch.compile returns a model whose outputs are 1% off (a miscompiled kernel; gradients "
+                        "follow)")
+def _compile_wrong(arg: Optional[str]) -> None:
+    import torch
+
+    def wrap(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def compile(model: Any, *args: Any, **kwargs: Any) -> Any:
+            compiled = orig(model, *args, **kwargs)
+            return lambda *a, **k: compiled(*a, **k) * 1.01
+        return compile
+
+    patch(torch, "compile", wrap)

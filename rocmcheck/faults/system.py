@@ -1,7 +1,8 @@
 """System faults: hangs and silent corruption in attention, collectives, the allocator and IPC.
 
 Each one patches torch inside the probe's child, the way the reported failure shows
-itself to Python: a backward that never returns under one SDPA backend, an all_reduce
+itself to Python: a backward that never returns under one SDPA backend, an SDPA case that
+raises, NaN around fully masked attention rows, an all_reduce
 that never returns or sums wrong, a live buffer that reads back zeros, reserved memory
 that grows every cycle, expandable_segments silently ignored, a tensor shared over IPC
 whose writes never reach the parent. Faults that must act in processes the probe starts
@@ -57,20 +58,29 @@ def selected_sdpa_backend() -> Optional[str]:
     return enabled[0] if len(enabled) == 1 else None
 
 
-def _patch_sdpa(arg: Optional[str], change: Callable[..., Any]) -> None:
-    """Wrap F.scaled_dot_product_attention (MultiheadAttention calls it too) for backend `arg`."""
+def _wrap_sdpa(call: Callable[..., Any]) -> None:
+    """Replace F.scaled_dot_product_attention (MultiheadAttention calls it too) with
+    `call(original, query, key, value, attn_mask, *args, **kwargs)`."""
     import torch.nn.functional as F
 
-    if arg and arg not in SDPA_BACKENDS:
-        raise ValueError(f"SDPA backend must be one of {', '.join(SDPA_BACKENDS)}, not '{arg}'")
-
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def scaled_dot_product_attention(query, key, value, *args, **kwargs):
-            out = orig(query, key, value, *args, **kwargs)
-            return change(out, value) if arg in (None, selected_sdpa_backend()) else out
+        def scaled_dot_product_attention(query, key, value, attn_mask=None, *args, **kwargs):
+            return call(orig, query, key, value, attn_mask, *args, **kwargs)
         return scaled_dot_product_attention
 
     patch(F, "scaled_dot_product_attention", make)
+
+
+def _patch_sdpa(arg: Optional[str], change: Callable[..., Any]) -> None:
+    """`change(out, value)` on SDPA's output under backend `arg` (any backend when None)."""
+    if arg and arg not in SDPA_BACKENDS:
+        raise ValueError(f"SDPA backend must be one of {', '.join(SDPA_BACKENDS)}, not '{arg}'")
+
+    def call(orig, query, key, value, *args, **kwargs):
+        out = orig(query, key, value, *args, **kwargs)
+        return change(out, value) if arg in (None, selected_sdpa_backend()) else out
+
+    _wrap_sdpa(call)
 
 
 @fault("sdpa-backward-hang", "attention backward never returns under one SDPA backend (seeds; pytorch #186174)",
@@ -94,6 +104,60 @@ def _sdpa_backward_hang(arg: Optional[str]) -> None:
        choices=SDPA_BACKENDS)
 def _sdpa_wrong(arg: Optional[str]) -> None:
     _patch_sdpa(arg, lambda out, value: out if value.is_contiguous() else out + 0.25)
+
+
+def _raise_for_head_dim(arg: Optional[str], text: str) -> None:
+    """SDPA raises RuntimeError(`text`) for queries of head dim ARG only; other calls run."""
+    def call(orig, query, *args, **kwargs):
+        if query.shape[-1] == int(arg or 0):
+            raise RuntimeError(text)
+        return orig(query, *args, **kwargs)
+
+    _wrap_sdpa(call)
+
+
+@fault("sdpa-case-error", "SDPA raises the cuDNN frontend's 'No execution plans support the graph' for one head dim "
+                          "(not one of SDPA's 'no kernel' texts)", args="head dim")
+def _sdpa_case_error(arg: Optional[str]) -> None:
+    _raise_for_head_dim(arg, "cuDNN Frontend error: No execution plans support the graph.")
+
+
+@fault("sdpa-no-kernel", "SDPA has no kernel for one head dim ('No available kernel. Aborting execution.')",
+       args="head dim")
+def _sdpa_no_kernel(arg: Optional[str]) -> None:
+    _raise_for_head_dim(arg, "No available kernel. Aborting execution.")
+
+
+@fault("sdpa-masked-nan", "with fully masked query rows (left padding), SDPA returns NaN in those rows and in the "
+                          "dk/dv of keys no query sees (masked); leak: NaN also in every key's dk/dv of that batch "
+                          "row (cuDNN)", choices=("masked", "leak"))
+def _sdpa_masked_nan(arg: Optional[str]) -> None:
+    import torch
+
+    class NaNInGradient(torch.autograd.Function):
+        """Identity forward; NaN where `where` is true in the gradient it passes back."""
+
+        @staticmethod
+        def forward(ctx: Any, t: Any, where: Any) -> Any:
+            ctx.where = where
+            return t.clone()
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return grad.masked_fill(ctx.where, float("nan")), None
+
+    def call(orig, query, key, value, attn_mask, *args, **kwargs):
+        if attn_mask is None or attn_mask.dtype != torch.bool or attn_mask.any(-1).all():
+            return orig(query, key, value, attn_mask, *args, **kwargs)
+        dead_rows = ~attn_mask.any(-1, keepdim=True)  # (..., queries, 1)
+        keys = ~attn_mask.any(-2).unsqueeze(-1)  # (..., keys, 1): keys no query sees
+        if arg == "leak":
+            keys = keys | dead_rows.any(-2, keepdim=True)
+        query = NaNInGradient.apply(query, dead_rows)
+        key, value = NaNInGradient.apply(key, keys), NaNInGradient.apply(value, keys)
+        return orig(query, key, value, attn_mask, *args, **kwargs).masked_fill(dead_rows, float("nan"))
+
+    _wrap_sdpa(call)
 
 
 # --- collectives and DataParallel ----------------------------------------------------------
@@ -246,3 +310,20 @@ def _loader_corrupt(arg: Optional[str]) -> None:
                         "changed: a batch corrupted on its way to the device (the seeds' Accelerate placement)")
 def _batch_corrupt(arg: Optional[str]) -> None:
     _corrupt_batches(lambda loader: True)
+
+
+@fault("fake-gpus", "torch reports ARG GPUs that are really the CPU (default 2): the per-GPU scheduler, "
+       "its queues and verdicts, exercised without a GPU", args="GPU count", in_facts=True)
+def _fake_gpus(arg: Optional[str]) -> None:
+    from types import SimpleNamespace
+
+    import torch
+
+    count = int(arg or 2)
+    props = lambda i: SimpleNamespace(  # noqa: E731
+        name=f"fake GPU {i}", major=0, minor=0, total_memory=1 << 30, multi_processor_count=1,
+        pci_domain_id=0, pci_bus_id=0x10 + int(str(i).rsplit(":", 1)[-1]), pci_device_id=0, uuid=f"fake-gpu-{i}")
+    quiet = lambda *args, **kwargs: None  # noqa: E731
+    for name, value in (("device_count", lambda: count), ("is_available", lambda: True), ("init", quiet),
+                        ("set_device", quiet), ("synchronize", quiet), ("get_device_properties", props)):
+        setattr(torch.cuda, name, value)

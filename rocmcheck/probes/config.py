@@ -193,6 +193,7 @@ def gather_facts(run_facts):
 
 @rocmcheck.probe(
     "config-lint",
+    per_device=False,
     title="Configuration lint",
     targets="stale HSA_OVERRIDE_GFX_VERSION, arch missing from the wheel, "
             "allocator variable this build ignores, Python too new for torch, TF32 forced on by the environment",

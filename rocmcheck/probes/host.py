@@ -11,6 +11,7 @@ import rocmcheck
 
 @rocmcheck.probe(
     "gpu-visible",
+    per_device=False,
     title="The host's GPUs against what torch sees",
     targets="a CPU or wrong-vendor torch build on a GPU host, missing device nodes, render-group permissions, "
             "a *_VISIBLE_DEVICES value hiding every GPU",

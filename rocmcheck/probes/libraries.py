@@ -70,6 +70,7 @@ def version(distribution: str) -> str:
 
 @rocmcheck.probe(
     "library-imports",
+    per_device=False,
     title="Each installed training library imported in its own child",
     targets="module 'torch' has no attribute 'int1' (torchao/torchtune on torch < 2.6), extensions that crash at import",
     links=LINKS,

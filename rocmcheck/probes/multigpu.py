@@ -64,6 +64,7 @@ def inventory_risks(archs, cmdline, backend):
 
 @rocmcheck.probe(
     "multigpu-inventory",
+    per_device=False,
     title="GPU inventory: archs, peer access, IOMMU options",
     targets="mixed-architecture machines, missing iommu=pt for RCCL, peer access matrix",
     links=LINKS,
@@ -107,6 +108,7 @@ def first_difference(got, want):
 
 @rocmcheck.probe(
     "multigpu-peer-copy",
+    per_device=False,
     title="Copies between every GPU pair, direct and staged through the host, bitwise",
     targets="peer-to-peer copies returning zeros or garbage on consumer multi-GPU machines",
     links=LINKS,
@@ -160,6 +162,7 @@ def relative_gap(got, want):
 
 @rocmcheck.probe(
     "multigpu-dataparallel",
+    per_device=False,
     title="nn.DataParallel forward and backward against a float64 CPU reference",
     targets="nn.DataParallel deadlocking or computing wrong outputs/gradients across GPUs",
     links=LINKS,
@@ -430,6 +433,7 @@ def run_distributed(ctx, backend):
 
 @rocmcheck.probe(
     "multigpu-gloo",
+    per_device=False,
     title="torch.distributed on the CPU (gloo, 2 ranks): all_reduce, DDP step, FSDP init",
     targets="collectives that hang or sum wrong; DDP/FSDP steps differing from one process",
     links=LINKS,
@@ -441,6 +445,7 @@ def multigpu_gloo(ctx):
 
 @rocmcheck.probe(
     "multigpu-nccl",
+    per_device=False,
     title="torch.distributed on 2 GPUs (NCCL/RCCL): all_reduce, DDP step, FSDP init, with and without P2P",
     targets="RCCL/NCCL collectives hanging (P2P, IOMMU) or summing wrong; DDP/FSDP failing on GPUs",
     links=LINKS,

@@ -18,8 +18,8 @@ int32), sizes, contiguous and strided sources and repeats are looped inside a va
 measurements per dtype, because they describe one failure rather than a workaround, and a
 variant per combination would cost one GPU runtime start each. The gate holds the
 training-context variants, where the seeds' failure appeared; the isolated ones (full
-profile) tell whether the context matters and measure GB/s (`gbps`; the pinned variant also
-`gbps_pageable` beside it), since in the training context the clock would include the queued step.
+profile) tell whether the context matters. Bandwidth is measured by `pcie-link`
+(rocmcheck/probes/pcie.py), with device events and buffers allocated outside the clock.
 
 Each repeat sends a different pattern (`compare.Pattern`: never zero, NaN or subnormal, and
 different at every index from the previous repeat, so stale data fails). A bad read-back is
@@ -35,7 +35,6 @@ device, not the comparison.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -178,7 +177,7 @@ class TrainingLoad:
 
 
 class Sender:
-    """One transfer method: `stage` prepares the source (not timed), `send` copies (timed)."""
+    """One transfer method: `stage` prepares the source, `send` copies."""
 
     def __init__(self, method: str, device: str, on_gpu: bool):
         import torch
@@ -315,7 +314,7 @@ class Tally:
 def transfer(ctx: rocmcheck.ProbeContext, method: str, context: str) -> None:
     sender = Sender(method, ctx.device, ctx.on_gpu)
     load = TrainingLoad(ctx.device, ctx.on_gpu) if context == "training" else None
-    tally, best_gbps = Tally(), 0.0
+    tally = Tally()
     cases = plan(ctx)
     biggest = max(c.nbytes for c in cases)
     for case in cases:
@@ -326,12 +325,8 @@ def transfer(ctx: rocmcheck.ProbeContext, method: str, context: str) -> None:
             del src_np  # a pinned copy replaces it: two full-size host buffers at most (source, read-back)
             if load:
                 load.step()
-            start = time.perf_counter()
             dst = sender.send(staged, case.dtype)
             ctx.synchronize()
-            seconds = time.perf_counter() - start
-            if case.nbytes == biggest and case.contiguous:
-                best_gbps = max(best_gbps, case.nbytes / seconds / 1e9)
             check = pattern.check(compare.tensor_bits(dst).reshape(-1), repeat)
             where = None
             if not check.ok and len(tally.bad) < MAX_ATTRIBUTED:
@@ -340,27 +335,9 @@ def transfer(ctx: rocmcheck.ProbeContext, method: str, context: str) -> None:
             del dst, staged
     ctx.measure(copies=tally.copies, largest_bytes=biggest, **tally.measurements(),
                 source_memory="pinned" if method in PINNED_METHODS and ctx.on_gpu else "pageable")
-    if context == "isolated":  # in the training context the clock also runs the queued step
-        ctx.measure(gbps=round(best_gbps, 3))
-        if method == "pinned" and ctx.on_gpu:
-            ctx.measure(gbps_pageable=round(pageable_gbps(ctx, biggest), 3))
     if load:
         ctx.measure(training_load_params=load.params)
     if tally.bad:
         raise rocmcheck.ProbeFailure(f"{method}: {len(tally.bad)} of {tally.copies} copies wrong"
                                      f"{' in a training context' if load else ''}; first: {tally.bad[0]}")
 
-
-def pageable_gbps(ctx: rocmcheck.ProbeContext, nbytes: int) -> float:
-    """Bandwidth of a plain `.to(device)` from pageable memory, beside the pinned figure."""
-    import numpy as np
-    import torch
-
-    src = torch.from_numpy(np.ones(nbytes // 4, dtype=np.float32))
-    best = 0.0
-    for _ in range(3):
-        start = time.perf_counter()
-        src.to(ctx.device)
-        ctx.synchronize()
-        best = max(best, nbytes / (time.perf_counter() - start) / 1e9)
-    return best

@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+import psutil
+
 import rocmcheck
 
 
@@ -131,3 +133,128 @@ def fake_oom_kill(ctx):
 def fake_sleep(ctx):
     _start()
     time.sleep(100)
+
+
+# --- the run surviving its own machinery (issue 13) -------------------------------------------
+
+
+def _wait_for(predicate, limit=10.0):
+    deadline = time.monotonic() + limit
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _gone(pid):
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _isolation_servers():
+    """The zygote that forked us, or under spawn the standby interpreter started beside us."""
+    if os.environ.get("ROCMCHECK_ISOLATION") == "zygote":
+        return [os.getppid()]
+    found = []
+
+    def standby():
+        found[:] = [p.pid for p in psutil.Process(os.getppid()).children()
+                    if p.pid != os.getpid() and "rocmcheck.child" in " ".join(p.cmdline())]
+        return found
+
+    _wait_for(standby)
+    return found
+
+
+@rocmcheck.probe("fake-x-server", title="kills the isolation server", targets="OOM killer picks the zygote",
+                 timeout=30, variants=[{"then": "pass"}, {"then": "exit"}])
+def fake_x_server(ctx, then):
+    _start()
+    for pid in _isolation_servers():
+        os.kill(pid, signal.SIGKILL)
+        _wait_for(lambda: _gone(pid))
+    if then == "exit":
+        os._exit(0)
+
+
+@rocmcheck.probe("fake-x-daemon", title="leaves daemons", targets="double fork, new session", timeout=30)
+def fake_x_daemon(ctx):
+    _start()
+    exec_daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True,
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _record(exec_daemon.pid)
+    read, write = os.pipe()
+    if os.fork() == 0:  # the classic double fork, no exec
+        os.setsid()
+        if os.fork() == 0:
+            os.write(write, f"{os.getpid()}\n".encode())
+            time.sleep(600)
+        os._exit(0)
+    forked_daemon = int(os.read(read, 64).decode())
+    _record(forked_daemon)
+    regrouped = subprocess.Popen([sys.executable, "-c", "import os, time; os.setpgid(0, 0); time.sleep(600)"])
+    _record(regrouped.pid)
+    _wait_for(lambda: os.getpgid(regrouped.pid) == regrouped.pid)
+    return {"daemons": [exec_daemon.pid, forked_daemon, regrouped.pid]}
+
+
+@rocmcheck.probe("fake-x-exit", title="exits or is interrupted inside", targets="SystemExit, KeyboardInterrupt",
+                 timeout=30, variants=[{"how": "sys.exit-0"}, {"how": "sys.exit-3"}, {"how": "keyboard"}])
+def fake_x_exit(ctx, how):
+    _start()
+    if how == "keyboard":
+        raise KeyboardInterrupt
+    sys.exit(int(how[-1]))
+
+
+@rocmcheck.probe("fake-x-output", title="closes its output", targets="stdout and stderr closed", timeout=30)
+def fake_x_output(ctx):
+    _start()
+    print("before closing", flush=True)
+    os.close(1)
+    os.close(2)
+    return {"closed": True}
+
+
+@rocmcheck.probe("fake-x-result", title="corrupts its result file", targets="torn or foreign result",
+                 timeout=30, variants=[{"result": "torn"}, {"result": "foreign"}])
+def fake_x_result(ctx, result):
+    _start()
+    from rocmcheck import child
+
+    content = '{"status": "pass", "mess' if result == "torn" else \
+        '{"status": "pass", "message": 5, "measurements": "x", "exception": [], "probe_s": "slow"}'
+
+    def write_result(path, _result):
+        with open(path, "w") as fh:
+            fh.write(content)
+
+    for module in (child, sys.modules["__main__"]):  # spawned: the child runs as __main__
+        if hasattr(module, "write_result"):
+            module.write_result = write_result
+
+
+@rocmcheck.probe("fake-x-text", title="says anything", targets="hostile text", timeout=30,
+                 variants=[{"kind": k} for k in ("fail", "warn", "error", "pass")])
+def fake_x_text(ctx, kind):
+    """Reads {"text": str, "raw": hex} from $ROCMCHECK_TEST_TEXT/<kind>.json."""
+    import json
+
+    with open(os.path.join(os.environ["ROCMCHECK_TEST_TEXT"], f"{kind}.json")) as fh:
+        payload = json.load(fh)
+    raw = bytes.fromhex(payload["raw"])
+    text = payload["text"] + raw.decode("utf-8", "surrogateescape")
+    os.write(1, raw + b"\n" + text.encode("utf-8", "surrogatepass"))
+    os.write(2, text.encode("utf-8", "surrogatepass"))
+    if kind == "fail":
+        raise AssertionError(text)
+    if kind == "warn":
+        ctx.warn(text)
+    if kind == "error":
+        raise RuntimeError(text)
+    return {"said": text, text: 1}
+
+
+@rocmcheck.probe("fake-z-last", title="passes, last", targets="nothing", timeout=30)
+def fake_z_last(ctx):
+    _start()

@@ -1,0 +1,185 @@
+"""The GPU's PCIe link against its maximum, with host-to-device and device-to-host bandwidth.
+
+A card in a Gen3 slot, behind a x4 riser or with a link that trained down after a bad seat
+runs every copy at a fraction of its speed and passes every correctness check
+(docs/failure-catalogue.md §11). The link is read from the host's own files
+(`current_link_speed`/`width` against `max_link_speed`/`width` of the GPU's PCI function,
+`rocmcheck.hostgpu.pci_device`), at the address the run's device facts give (torch's
+`pci_bus_id`), right after the copies below: GPUs lower their link speed when idle, and
+traffic brings it back up. A lower generation or a narrower link is `warn`, with the copy
+bandwidth beside it.
+
+Bandwidth: host-to-device and device-to-host, from pageable and pinned host memory, `SAMPLES`
+copies each into buffers allocated before the clock starts (one untimed warm-up copy too),
+reported as median, min and max GB/s. On a GPU the clock is a pair of device events around the
+copy (the copy's own time, without launch overhead or host scheduling); on the CPU,
+`time.perf_counter` (copies there are synchronous). The strided source from pinned memory is
+measured under its own name, `h2d_strided_from_pinned_via_pageable_gbps`: torch first gathers
+a non-dense source into a pageable contiguous temporary on the host, so that copy is not a
+pinned copy whatever its source was. On the CPU there is neither pinned memory nor a link:
+the pageable copies are measured host to host (a self-test of the timing), then the probe skips.
+
+Limit: on Radeon cards the GPU function sits behind a switch inside the card, whose own links
+may report the internal link, not the slot's; the link read is the GPU function's.
+"""
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import rocmcheck
+from rocmcheck import hostgpu
+from rocmcheck.hostgpu import PciGpu
+
+MIB = 1 << 20
+SAMPLES = {"gate": 5, "full": 10}
+BYTES = {("gpu", "gate"): 64 * MIB, ("gpu", "full"): 256 * MIB, ("cpu", "gate"): 4 * MIB, ("cpu", "full"): 4 * MIB}
+GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}  # GT/s per lane -> PCIe generation
+
+LINKS = (
+    "https://docs.kernel.org/PCI/sysfs-pci.html",
+    "https://github.com/NVIDIA/cuda-samples/tree/master/Samples/1_Utilities/bandwidthTest",
+)
+
+
+class WallClock:
+    """`time.perf_counter` around the copy and a synchronize: for the CPU, where copies block."""
+
+    def __init__(self, synchronize: Callable[[], None]):
+        self.synchronize = synchronize
+
+    def seconds(self, copy: Callable[[], Any]) -> float:
+        start = time.perf_counter()
+        copy()
+        self.synchronize()
+        return time.perf_counter() - start
+
+
+class EventClock:
+    """Device events recorded on the current stream around the copy: the device's own time."""
+
+    def seconds(self, copy: Callable[[], Any]) -> float:
+        import torch
+
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        copy()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3  # milliseconds
+
+
+def clock_for(ctx: rocmcheck.ProbeContext) -> Any:
+    return EventClock() if ctx.on_gpu else WallClock(ctx.synchronize)
+
+
+def sample_gbps(clock: Any, copy: Callable[[], Any], nbytes: int, samples: int) -> Dict[str, float]:
+    """Median, min and max GB/s over `samples` timed copies, after one untimed warm-up copy."""
+    copy()
+    rates = [nbytes / clock.seconds(copy) / 1e9 for _ in range(samples)]
+    return {"median": round(statistics.median(rates), 3), "min": round(min(rates), 3), "max": round(max(rates), 3)}
+
+
+def copies(ctx: rocmcheck.ProbeContext, nbytes: int) -> Dict[str, Callable[[], Any]]:
+    """Each case's copy between buffers allocated here, outside any clock: `copy_` into a
+    destination that already exists, so no timed copy allocates."""
+    import torch
+
+    n = nbytes // 4
+    host = torch.ones(n, dtype=torch.float32)
+    dev = torch.ones(n, dtype=torch.float32, device=ctx.device)
+    dev_out = torch.empty_like(dev)
+    host_out = torch.empty_like(host)
+    cases = {"h2d_pageable": lambda: dev_out.copy_(host), "d2h_pageable": lambda: host_out.copy_(dev)}
+    if ctx.on_gpu:
+        pinned, pinned_out = host.pin_memory(), torch.empty(n, dtype=torch.float32, pin_memory=True)
+        strided = torch.ones(2 * n, dtype=torch.float32, pin_memory=True)[::2]
+        cases.update(h2d_pinned=lambda: dev_out.copy_(pinned, non_blocking=True),
+                     d2h_pinned=lambda: pinned_out.copy_(dev, non_blocking=True),
+                     h2d_strided_from_pinned_via_pageable=lambda: dev_out.copy_(strided, non_blocking=True))
+    return cases
+
+
+def measure_bandwidth(ctx: rocmcheck.ProbeContext) -> Dict[str, Dict[str, float]]:
+    nbytes = BYTES[("gpu" if ctx.on_gpu else "cpu", ctx.profile)]
+    clock, samples = clock_for(ctx), SAMPLES[ctx.profile]
+    found = {f"{case}_gbps": sample_gbps(clock, copy, nbytes, samples) for case, copy in copies(ctx, nbytes).items()}
+    ctx.measure(bandwidth_bytes=nbytes, bandwidth_samples=samples, **found)
+    return found
+
+
+def transfer_rate(speed: Optional[str]) -> Optional[float]:
+    """16.0 from '16.0 GT/s PCIe'; None for 'Unknown' or an unreadable file."""
+    match = re.match(r"\s*([\d.]+)\s*GT/s", speed or "")
+    return float(match.group(1)) if match else None
+
+
+def describe(rate: float, width: int) -> str:
+    gen = GENERATIONS.get(rate)
+    return f"{rate:.1f} GT/s{f' (Gen{gen})' if gen else ''} x{width}"
+
+
+def link_verdict(gpu: PciGpu) -> Tuple[Optional[bool], str]:
+    """(True, ...) at the maximum, (False, why) when slower or narrower, (None, why) when the
+    link files cannot be read."""
+    cur, top = transfer_rate(gpu.link_speed), transfer_rate(gpu.max_link_speed)
+    if None in (cur, top, gpu.link_width, gpu.max_link_width):
+        return None, (f"the PCIe link of {gpu.address} cannot be read (current {gpu.link_speed} x{gpu.link_width}, "
+                      f"maximum {gpu.max_link_speed} x{gpu.max_link_width})")
+    now, best = describe(cur, gpu.link_width), describe(top, gpu.max_link_width)
+    slower, narrower = cur < top, gpu.link_width < gpu.max_link_width
+    if not (slower or narrower):
+        return True, f"PCIe link {now} at its maximum"
+    why = " and ".join(w for w, bad in (("a lower generation", slower), ("fewer lanes", narrower)) if bad)
+    return False, (f"PCIe link degraded: {now} on a {best} link ({why}; a slot, riser, BIOS setting or "
+                   f"a link that trained down after a bad seat): every host-device copy is slower")
+
+
+def device_address(ctx: rocmcheck.ProbeContext, index: int) -> Optional[str]:
+    """The PCI address of device `index`: from the run's device facts, else torch's properties."""
+    devices = ctx.device_facts.get("devices") or []
+    known = next((d.get("pci_address") for d in devices if d and d.get("index") == index), None)
+    if known or not ctx.on_gpu:
+        return known
+    import torch
+
+    from rocmcheck.fingerprint import pci_address
+
+    return pci_address(torch.cuda.get_device_properties(index))
+
+
+def check_link(ctx: rocmcheck.ProbeContext, index: int) -> None:
+    """Compare device `index`'s link with its maximum: measured, `warn` when degraded, `skip` when unreadable."""
+    address = device_address(ctx, index)
+    if not address:
+        ctx.skip(f"the PCI address of device {index} is unknown (torch gives no pci_bus_id)")
+    gpu = hostgpu.pci_device(address)
+    if gpu is None:
+        ctx.skip(f"no GPU function at {address} under {hostgpu.host_root() / 'sys/bus/pci/devices'}")
+    ctx.measure(pci_address=gpu.address, link_speed=gpu.link_speed, link_width=gpu.link_width,
+                max_link_speed=gpu.max_link_speed, max_link_width=gpu.max_link_width)
+    ok, message = link_verdict(gpu)
+    if ok is None:
+        ctx.skip(message)
+    if not ok:
+        ctx.warn(message)
+
+
+@rocmcheck.probe(
+    "pcie-link",
+    title="PCIe link speed and width against the maximum, with H2D/D2H bandwidth (pageable and pinned)",
+    targets="a GPU on a Gen3 or x4 link that passes every correctness check at a fraction of the speed",
+    links=LINKS,
+    timeout=120,
+    gate=True,
+)
+def pcie_link(ctx: rocmcheck.ProbeContext) -> None:
+    measure_bandwidth(ctx)
+    if not ctx.on_gpu:
+        ctx.skip("no PCIe link to read on the CPU (the bandwidth was measured host to host)")
+    import torch
+
+    check_link(ctx, torch.device(ctx.device).index or 0)
+

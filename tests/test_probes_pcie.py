@@ -1,0 +1,107 @@
+"""`pcie-link`: bandwidth timing and the link decision, proven on the CPU.
+
+The link decision is fed fixture trees standing in for /sys (conftest.make_host) and device
+facts naming the GPU's PCI address; the timing helper is pure over the clock it is given.
+"""
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+import rocmcheck
+
+
+def pcie():
+    from rocmcheck import registry
+
+    registry.load_all()
+    return sys.modules["rocmcheck.probes.pcie"]
+
+
+GEN4, GEN3 = "16.0 GT/s PCIe", "8.0 GT/s PCIe"
+FACTS = {"devices": [{"index": 0, "pci_address": "0000:03:00.0"}]}  # make_host's first GPU
+
+
+def test_bandwidth_on_the_cpu_is_measured_host_to_host_then_skips(rocm_run):
+    (v,) = rocm_run(probe="pcie-link", profile="gate")
+    assert v["status"] == "skip" and "no PCIe link to read on the CPU" in v["message"]
+    m = v["measurements"]
+    rates = {k: m[k] for k in m if k.endswith("_gbps")}
+    assert set(rates) == {"h2d_pageable_gbps", "d2h_pageable_gbps"}  # no pinned memory on the CPU
+    for name, r in rates.items():
+        assert 0 < r["min"] <= r["median"] <= r["max"], (name, r)
+    assert m["bandwidth_samples"] == 5 and m["bandwidth_bytes"] == 4 << 20
+
+
+def test_samples_are_timed_by_the_clock_given_after_an_untimed_warm_up():
+    class Scripted:
+        """A clock whose copies take the listed seconds."""
+
+        def __init__(self, durations):
+            self.durations = list(durations)
+
+        def seconds(self, copy):
+            copy()
+            return self.durations.pop(0)
+
+    calls = []
+    clock = Scripted([0.004, 0.001, 0.002, 0.008, 0.002])
+    rates = pcie().sample_gbps(clock, lambda: calls.append(1), 8_000_000, 5)
+    assert rates == {"median": 4.0, "min": 1.0, "max": 8.0}
+    assert len(calls) == 6 and clock.durations == []  # warm-up + 5 samples, each sample timed once
+
+
+def test_device_events_time_gpu_copies_and_the_wall_clock_cpu_ones():
+    mod = pcie()
+    assert isinstance(mod.clock_for(rocmcheck.ProbeContext(device="cuda:1")), mod.EventClock)
+    cpu = mod.clock_for(rocmcheck.ProbeContext(device="cpu"))
+    assert isinstance(cpu, mod.WallClock) and cpu.seconds(lambda: sum(range(1000))) > 0
+
+
+@pytest.mark.parametrize("link, ok, words", [
+    ((GEN4, 16, GEN4, 16), True, "PCIe link 16.0 GT/s (Gen4) x16 at its maximum"),
+    ((GEN3, 16, GEN4, 16), False, "8.0 GT/s (Gen3) x16 on a 16.0 GT/s (Gen4) x16 link (a lower generation;"),
+    ((GEN4, 4, GEN4, 16), False, "16.0 GT/s (Gen4) x4 on a 16.0 GT/s (Gen4) x16 link (fewer lanes;"),
+    (("2.5 GT/s PCIe", 8, GEN4, 16), False, "(a lower generation and fewer lanes;"),
+])
+def test_link_verdict_compares_speed_and_width_with_the_maximum(tmp_path, link, ok, words):
+    from conftest import make_host
+    from rocmcheck import hostgpu
+
+    root = make_host(tmp_path, nvidia=1, link=link)
+    got, message = pcie().link_verdict(hostgpu.pci_device("03:00.0", root))
+    assert got is ok and words in message
+
+
+def test_missing_link_files_skip_with_the_reason(fake_host):
+    root = fake_host(amd=1)
+    (root / "sys/bus/pci/devices/0000:03:00.0/current_link_speed").unlink()
+    ctx = rocmcheck.ProbeContext(device="cpu", device_facts=FACTS)
+    with pytest.raises(rocmcheck.Skip, match=r"the PCIe link of 0000:03:00.0 cannot be read \(current None x16"):
+        pcie().check_link(ctx, 0)
+    with pytest.raises(rocmcheck.Skip, match="no GPU function at 0000:04:00.0"):
+        pcie().check_link(rocmcheck.ProbeContext(device_facts={"devices": [{"index": 0, "pci_address": "0000:04:00.0"}]}), 0)
+    with pytest.raises(rocmcheck.Skip, match="PCI address of device 1 is unknown"):
+        pcie().check_link(ctx, 1)
+
+
+def test_a_gen3_link_on_a_gen4_slot_warns_through_the_runner(rocm_run, tmp_path, fake_host):
+    """In the child, the probe's link check is driven with device facts naming the fake host's GPU."""
+    fake_host(amd=1, link=(GEN3, 16, GEN4, 16))
+    (tmp_path / "probes").mkdir()
+    (tmp_path / "probes" / "pcie_facts_probe.py").write_text(textwrap.dedent(f'''
+        import sys
+        import rocmcheck
+
+        @rocmcheck.probe("pcie-facts", title="t", targets="t")
+        def pcie_facts(ctx):
+            ctx.device_facts = {FACTS!r}
+            sys.modules["rocmcheck.probes.pcie"].check_link(ctx, 0)
+    '''))
+    (v,) = rocm_run(probe="pcie-facts", probes_path=[str(tmp_path / "probes")])
+    assert v["status"] == "warn", v["message"]
+    assert v["message"].startswith("PCIe link degraded: 8.0 GT/s (Gen3) x16 on a 16.0 GT/s (Gen4) x16 link")
+    m = v["measurements"]
+    assert (m["pci_address"], m["link_speed"], m["max_link_width"]) == ("0000:03:00.0", GEN3, 16)
