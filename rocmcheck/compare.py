@@ -365,7 +365,8 @@ class Pattern:
             base = h | np.uint32(1)
         else:
             base = (h >> np.uint32(31)) << np.uint32(self.width - 1)
-            base |= (self.exp_lo + (h >> np.uint32(self.man_bits)) % np.uint32(self.exp_span)) << np.uint32(self.man_bits)
+            exponent = self.exp_lo + (h >> np.uint32(self.man_bits)) % np.uint32(self.exp_span)
+            base |= exponent << np.uint32(self.man_bits)
             base |= h & np.uint32((1 << self.man_bits) - 1)
         base ^= np.uint32(self.mask(seed))
         return base.astype(f"u{self.width // 8}", copy=False)

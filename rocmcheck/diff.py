@@ -108,7 +108,8 @@ def text(sides: List[Dict[str, Any]], result: Diff) -> str:
     """The diff for the terminal: both sides, the changes, the counts."""
     from tabulate import tabulate
 
-    lines = [f"{name}: {s['file']} ({s['machine']}, run {s['run']})" for name, s in zip(("baseline", "current "), sides)]
+    lines = [f"{name}: {s['file']} ({s['machine']}, run {s['run']})"
+             for name, s in zip(("baseline", "current "), sides)]
     if sides[0]["machine"] != sides[1]["machine"]:
         lines.append("note: the two runs come from different machines")
     lines += [f"note: {s['file']} is partial (interrupted during {s['interrupted']})" for s in sides if s["partial"]]

@@ -335,7 +335,8 @@ class Doctor:
         verdict = self.runner.run_variant(variant, env, timeout)
         self.overhead[fresh] = max(self.overhead[fresh], time.monotonic() - began - verdict.duration_s)
         case.longest = max(case.longest, verdict.duration_s)
-        self.say(f"  doctor {verdict.status.value.upper():>5}  {label} (run {tally.runs + 1})  {verdict.duration_s:.2f}s")
+        self.say(f"  doctor {verdict.status.value.upper():>5}  {label} (run {tally.runs + 1})  "
+                 f"{verdict.duration_s:.2f}s")
         if verdict.status is Status.HANG and timeout < full:
             tally.stopped = "cut"
             return None

@@ -22,7 +22,8 @@ NTSTATUS = {
 SIGNATURES = [
     (re.compile(r"Memory access fault by GPU node-\d+"), "GPU memory access fault (HSA abort)"),
     (re.compile(r"on address \(nil\)"), "GPU fault on a NULL address: often a wrong HSA_OVERRIDE_GFX_VERSION"),
-    (re.compile(r"invalid device function", re.I), "no kernel for this GPU arch in the wheel (invalid device function)"),
+    (re.compile(r"invalid device function", re.I),
+     "no kernel for this GPU arch in the wheel (invalid device function)"),
     (re.compile(r"HSA_STATUS_ERROR\w*"), "HSA runtime error"),
     (re.compile(r"hipError\w+|HIP error"), "HIP runtime error"),
     (re.compile(r"CUDA error"), "CUDA runtime error"),

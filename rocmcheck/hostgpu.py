@@ -189,7 +189,8 @@ def read(root: Optional[Path] = None, identity: Optional[Tuple[int, Sequence[int
         nvidia_driver=nvidia_version.group(1) if nvidia_version else None,
         nvidia_proc_gpus=sorted(p.name for p in _guard(lambda: list((root / "proc/driver/nvidia/gpus").iterdir()), [])),
         dev_kfd=node_access(dev / "kfd", uid, gids) if (dev / "kfd").exists() else None,
-        render_nodes=[node_access(p, uid, gids) for p in sorted(_guard(lambda: list((dev / "dri").glob("renderD*")), []))],
+        render_nodes=[node_access(p, uid, gids)
+                      for p in sorted(_guard(lambda: list((dev / "dri").glob("renderD*")), []))],
         nvidia_nodes=[node_access(p, uid, gids) for p in sorted(dev.glob("nvidia[0-9]*"))] if dev.is_dir() else [],
         wsl_dxg=(dev / "dxg").exists(),
         wsl_vendor="nvidia" if any(wsl_lib.glob("libcuda.so*")) else None,
@@ -225,7 +226,8 @@ def torch_choice(host: HostGpus, requirement: Optional[str] = None, index: Optio
     index = index or os.environ.get(TORCH_INDEX_ENV) or None
     amd, nvidia = host.gpus("amd"), host.gpus("nvidia")
     if index:
-        return TorchChoice("override", (requirement or "torch", "--index-url", index), f"the index {index} was asked for")
+        return TorchChoice("override", (requirement or "torch", "--index-url", index),
+                           f"the index {index} was asked for")
     if amd and not nvidia:
         return TorchChoice("rocm", (requirement or "torch", "--index-url", ROCM_INDEX),
                            f"this host has {amd} AMD GPU{'s' * (amd > 1)}: PyTorch's ROCm build")

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from .matrix import GROUPING, cell_text, counts_line
 from .model import is_bad
+
 COLOURS = {"pass": "#c8efc8", "skip": "#e4e4e4", "warn": "#ffe9a8", "fail": "#ffb3b3", "error": "#ffc48a",
            "crash": "#e08cd8", "hang": "#b9a6ff"}
 GROUP_LEVELS = ("arch", "backend", "torch")  # the label's first three parts; the fourth (OS) heads each column
@@ -80,7 +81,8 @@ def html_page(matrix: Dict[str, Any]) -> str:
     for row in matrix["rows"]:
         bad = any(c and is_bad(c["status"]) for c in row["cells"])
         cells = "".join(_td(row["cells"][i], row["variant"], i) for i in order)
-        body.append(f'<tr class="{"bad" if bad else "good"}"><td class="variant">{escape(row["variant"])}</td>{cells}</tr>')
+        body.append(f'<tr class="{"bad" if bad else "good"}">'
+                    f'<td class="variant">{escape(row["variant"])}</td>{cells}</tr>')
     legend = " ".join(f'<span style="background:{c};padding:0 4px">{s.upper()}</span>' for s, c in COLOURS.items())
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',

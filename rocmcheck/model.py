@@ -175,7 +175,8 @@ class Variant:
         return bool(gate(self.params)) if callable(gate) else bool(gate)
 
 
-def expand_variants(variants: Union[None, Mapping[str, Sequence[Any]], Sequence[Mapping[str, Any]]]) -> Tuple[Dict[str, Any], ...]:
+def expand_variants(variants: Union[None, Mapping[str, Sequence[Any]], Sequence[Mapping[str, Any]]]
+                    ) -> Tuple[Dict[str, Any], ...]:
     """Accept a list of parameter dicts, or a dict of lists (its cartesian product)."""
     if variants is None:
         return ({},)

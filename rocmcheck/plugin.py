@@ -194,7 +194,8 @@ def failure_text(verdict: "Verdict", baseline: Optional[str], has_baseline: bool
     ev = verdict.evidence
     if ev.get("returncode"):
         lines.append(f"exit: {ev.get('exit')}")
-    lines += [f"{key}: {ev[key]}" for key in ("signatures", "faults_injected", "kill_steps", "unkillable") if ev.get(key)]
+    lines += [f"{key}: {ev[key]}" for key in ("signatures", "faults_injected", "kill_steps", "unkillable")
+              if ev.get(key)]
     if verdict.measurements:
         lines.append("measurements: " + ", ".join(f"{k}={v}" for k, v in verdict.measurements.items()))
     lines += known_issue_lines(verdict.to_dict())
@@ -276,7 +277,7 @@ class MatrixPlugin:
         from .errors import TorchMissing, UsageError
         from .model import preloads
         from .render import markdown_report
-        from .runner import RunOptions, Runner
+        from .runner import Runner, RunOptions
 
         s = self.settings
         opts = RunOptions(device=s.device, timeout=s.timeout, inject=s.inject, probes_paths=list(s.probes_paths),
@@ -355,7 +356,8 @@ class MatrixPlugin:
         if self.runner is None:
             return
         paths = self.runner.paths()
-        interrupted = self.current or ("(between probe variants)" if exitstatus == pytest.ExitCode.INTERRUPTED else None)
+        between = "(between probe variants)" if exitstatus == pytest.ExitCode.INTERRUPTED else None
+        interrupted = self.current or between
         self.report = self.runner.finish(interrupted=interrupted)
         self.runner = None
         self.files = [str(paths[kind]) for kind in ("json", "md", "jsonl")]

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import signal
 from pathlib import Path
 from typing import Dict, List, Set
 

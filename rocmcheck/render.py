@@ -28,9 +28,10 @@ def verdict_line(v: Dict[str, Any]) -> str:
 
 
 def counts_line(report: Dict[str, Any]) -> str:
-    counts = report["run"].get("counts") or {}
+    run = report["run"]
+    counts = run.get("counts") or {}
     parts = [f"{counts[s.value]} {s.value}" for s in STATUS_ORDER if counts.get(s.value)]
-    partial = " (PARTIAL: interrupted during {})".format(report["run"].get("interrupted")) if report["run"].get("partial") else ""
+    partial = f" (PARTIAL: interrupted during {run.get('interrupted')})" if run.get("partial") else ""
     return (", ".join(parts) or "no probes run") + partial
 
 
@@ -157,9 +158,9 @@ def doctor_markdown(results: Any) -> Optional[List[str]]:
         rows = [c for c in r["candidates"] if isinstance(c, dict)]
         if rows:
             out += ["| candidate | kind | outcome | passed | note |", "|---|---|---|---|---|"]
-            out += [f"| `{c.get('id')}` | {c.get('kind')} | {'**fix**' if c.get('outcome') == 'fix' else c.get('outcome')}"
-                    f" | {c.get('passes')}/{c.get('runs')} | {md_escape(short(_candidate_note(c), 200))} |"
-                    for c in rows]
+            out += [f"| `{c.get('id')}` | {c.get('kind')} | "
+                    f"{'**fix**' if c.get('outcome') == 'fix' else c.get('outcome')} | {c.get('passes')}/"
+                    f"{c.get('runs')} | {md_escape(short(_candidate_note(c), 200))} |" for c in rows]
         fixes = [c for c in rows if c.get("outcome") == "fix"]
         for c in fixes[:1]:
             out += ["", f"Workaround (`{c.get('id')}`: {c.get('title')}):", "", "```", str(c.get("snippet")), "```"]

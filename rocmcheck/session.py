@@ -8,7 +8,7 @@ from . import registry
 from .errors import UsageError
 from .model import Variant, Verdict, preloads
 from .options import check
-from .runner import RunOptions, Runner
+from .runner import Runner, RunOptions
 from .selection import select
 
 

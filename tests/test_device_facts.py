@@ -29,7 +29,8 @@ def fake_torch(hip=None, cuda=None, **props):
 
 def test_rocm_device_keeps_its_gcn_arch_and_pci_address():
     dev = fingerprint._device(fake_torch(hip="6.4.43482"), 0)
-    assert (dev["arch"], dev["gcn_arch_name"], dev["pci_address"]) == ("gfx942", "gfx942:sramecc+:xnack-", "0000:65:00.0")
+    assert (dev["arch"], dev["gcn_arch_name"], dev["pci_address"]) == \
+        ("gfx942", "gfx942:sramecc+:xnack-", "0000:65:00.0")
     assert dev["uuid"].startswith("58d2c6b1")
 
 

@@ -247,7 +247,8 @@ def test_a_fix_must_beat_the_baseline_by_chance_at_most_one_time_in_20(passes, r
 
 def test_env_snippets_for_shells():
     env = {"HSA_ENABLE_SDMA": "0", "PYTORCH_ALLOC_CONF": "", "X": "a b"}
-    assert doctor.env_snippet(env, windows=False) == "export HSA_ENABLE_SDMA=0\nunset PYTORCH_ALLOC_CONF\nexport X='a b'"
+    assert doctor.env_snippet(env, windows=False) == \
+        "export HSA_ENABLE_SDMA=0\nunset PYTORCH_ALLOC_CONF\nexport X='a b'"
     assert doctor.env_snippet(env, windows=True).splitlines() == [
         '$env:HSA_ENABLE_SDMA = "0"', "Remove-Item Env:PYTORCH_ALLOC_CONF -ErrorAction SilentlyContinue",
         '$env:X = "a b"']

@@ -20,7 +20,7 @@ from rocmcheck.faults import parse as parse_faults
 from rocmcheck.launch import ChildProcess
 from rocmcheck.model import DeviceInfo, Requires, Status, Verdict, expand_variants, variant_id
 from rocmcheck.selection import keyword_matcher, select
-from rocmcheck.storage import Journal, SCHEMA, load_report, report_json, write_atomic
+from rocmcheck.storage import SCHEMA, Journal, load_report, report_json, write_atomic
 from rocmcheck.watchdog import supervise
 
 FAKE = str(Path(__file__).parent / "fake_probes")
@@ -247,7 +247,7 @@ def test_a_broken_user_known_issues_file_is_a_usage_error(tmp_path, monkeypatch)
 
 
 def test_zygote_child_that_cannot_init_the_gpu_falls_back_to_spawn(monkeypatch):
-    from rocmcheck.runner import RunOptions, Runner
+    from rocmcheck.runner import Runner, RunOptions
 
     monkeypatch.setattr(Runner, "resolve_device", lambda self: setattr(self, "device", DeviceInfo()))
     variants = select(registry.load_all([FAKE]), ["fake-pass", "fake-warn"])
@@ -261,7 +261,7 @@ def test_zygote_child_that_cannot_init_the_gpu_falls_back_to_spawn(monkeypatch):
 
 def test_unkillable_child_is_abandoned_and_later_gpu_probes_skip(monkeypatch):
     from rocmcheck import runner as runner_mod
-    from rocmcheck.runner import RunOptions, Runner
+    from rocmcheck.runner import Runner, RunOptions
 
     real = runner_mod.supervise
 
@@ -278,7 +278,8 @@ def test_unkillable_child_is_abandoned_and_later_gpu_probes_skip(monkeypatch):
     monkeypatch.setattr(runner_mod.Runner, "_start_launcher", lambda self: setattr(
         self, "launcher", runner_mod.SpawnLauncher([FAKE], prestart=False)))
     variants = select(registry.load_all([FAKE]), ["fake-pass", "fake-warn"])
-    report = Runner(RunOptions(device="cuda:0", isolation="spawn", probes_paths=[FAKE], write_files=False)).run(variants)
+    opts = RunOptions(device="cuda:0", isolation="spawn", probes_paths=[FAKE], write_files=False)
+    report = Runner(opts).run(variants)
     first, second = report["verdicts"]
     assert first["status"] == "hang" and "could not be killed" in first["message"]
     assert first["evidence"]["unkillable"] == {"status": "disk-sleep"}
@@ -345,7 +346,7 @@ def test_a_probes_preload_is_imported_before_it_runs_and_only_when_selected(rocm
 
 
 def test_device_that_is_not_present_is_a_usage_error():
-    from rocmcheck.runner import RunOptions, Runner
+    from rocmcheck.runner import Runner, RunOptions
 
     with pytest.raises(UsageError, match="device cuda:3 is not present"):
         Runner(RunOptions(device="cuda:3", write_files=False)).run([])

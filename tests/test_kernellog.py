@@ -18,9 +18,11 @@ PAGE_FAULT = "amdgpu 0000:c2:00.0: amdgpu: [gfxhub] page fault (src_id:0 ring:24
 NO_RETRY = ("amdgpu 0000:c6:00.0: amdgpu: [gfxhub0] no-retry page fault (src_id:0 ring:24 vmid:3 pasid:32769)")
 L2_STATUS = "amdgpu 0000:c2:00.0: amdgpu: GCVM_L2_PROTECTION_FAULT_STATUS:0x00801031"
 RING = "amdgpu 0000:03:00.0: amdgpu: ring comp_1.1.0 timeout, signaled seq=7, emitted seq=9"
-DRM_RING = "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx_0.0.0 timeout, signaled seq=5235351, emitted seq=5235353"
+DRM_RING = ("[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx_0.0.0 timeout, signaled seq=5235351, "
+            "emitted seq=5235353")
 RESET = "amdgpu 0000:c5:00.0: amdgpu: GPU reset begin!"
-HARMLESS = ("amdgpu 0000:c5:00.0: amdgpu: SMU is resumed successfully!", "NVRM: loading NVIDIA UNIX x86_64 Kernel Module",
+HARMLESS = ("amdgpu 0000:c5:00.0: amdgpu: SMU is resumed successfully!",
+            "NVRM: loading NVIDIA UNIX x86_64 Kernel Module",
             "[drm] PCIE GART of 512M enabled (table at 0x0000008000300000).")
 
 
@@ -54,7 +56,7 @@ def test_unreadable_log_is_said_in_the_evidence(monkeypatch, tmp_path):
 
 def _run_on_a_gpu(monkeypatch, probes):
     from rocmcheck import runner as runner_mod
-    from rocmcheck.runner import RunOptions, Runner
+    from rocmcheck.runner import Runner, RunOptions
 
     monkeypatch.setattr(Runner, "resolve_device",
                         lambda self: setattr(self, "device", DeviceInfo("cuda:0", "rocm", 1, "gfx1100")))

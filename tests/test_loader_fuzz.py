@@ -103,8 +103,8 @@ def test_arbitrary_json_inside_a_valid_envelope(verdicts, run, fingerprint, junk
             report, error = load_bytes(text.encode(), suffix)
             assert error is None, error
             assert_usable(report)
-            for got, given in zip(report["verdicts"], verdicts):
-                assert_conformed(got, given)
+            for got, original in zip(report["verdicts"], verdicts):
+                assert_conformed(got, original)
 
 
 @given(st.lists(VERDICT, min_size=1, max_size=4), st.data())

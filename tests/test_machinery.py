@@ -22,7 +22,7 @@ import pytest
 from rocmcheck import registry
 from rocmcheck.launch import ChildProcess
 from rocmcheck.model import DeviceInfo
-from rocmcheck.runner import RunOptions, Runner
+from rocmcheck.runner import Runner, RunOptions
 from rocmcheck.selection import select
 
 FAKE = str(Path(__file__).parent / "fake_probes")
@@ -226,7 +226,8 @@ def fake_gpu(monkeypatch):
 
     real_task, real_supervise = Runner._task, runner_mod.supervise
     monkeypatch.setattr(Runner, "resolve_device", lambda self: setattr(self, "device", DeviceInfo("cuda:0", "rocm", 1)))
-    monkeypatch.setattr(Runner, "_task", lambda self, **f: real_task(self, **{**f, **({"device": "cpu"} if "device" in f else {})}))
+    monkeypatch.setattr(Runner, "_task",
+                        lambda self, **f: real_task(self, **{**f, **({"device": "cpu"} if "device" in f else {})}))
 
     def supervise(child, *args, **kwargs):
         child.__class__ = SlowTeardown

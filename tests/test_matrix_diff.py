@@ -42,7 +42,8 @@ def save(path: Path, data: dict) -> str:
     ("pass", "fail", "regression"), ("warn", "crash", "regression"), ("skip", "hang", "regression"),
     (None, "error", "regression"),  # a new variant that fails: nothing excuses it
     ("fail", "pass", "fix"), ("hang", "warn", "fix"),
-    ("fail", "crash", "changed"), ("pass", "warn", "changed"), ("pass", "skip", "changed"), ("crash", "skip", "changed"),
+    ("fail", "crash", "changed"), ("pass", "warn", "changed"), ("pass", "skip", "changed"),
+    ("crash", "skip", "changed"),
     ("fail", "fail", "same"), (None, "pass", "new"),
 ])
 def test_classify(base, current, kind) -> None:
@@ -146,7 +147,8 @@ def html_fixture(tmp_path: Path) -> Dict[str, Path]:
              save(tmp_path / "m2.json", report(
                  {"copy[a]": "fail", "copy[b]": "hang", "evil": "crash"}, GFX1100,
                  **{"copy[a]": {"known_issues": [issue]},
-                    "evil": {"message": EVIL, "evidence": {"exit": "SIGSEGV", "stack": "frame 1\n<img src=x onerror=alert(1)>"}}})),
+                    "evil": {"message": EVIL,
+                             "evidence": {"exit": "SIGSEGV", "stack": "frame 1\n<img src=x onerror=alert(1)>"}}})),
              save(tmp_path / "m3.json", report({"copy[a]": "pass", "only-cpu": "skip", "evil": "warn"})),
              save(tmp_path / "m4.json", report({"copy[a]": "error", "copy[b]": "pass"}, GFX942))]
     paths = {"html": tmp_path / "m.html", "md": tmp_path / "m.md", "json": tmp_path / "m.json"}
@@ -209,13 +211,15 @@ def test_html_page_shows_the_markdowns_cells_grouped_expandable_and_escaped(tmp_
 
 
 def test_html_page_in_a_real_headless_browser(tmp_path: Path, capsys) -> None:
-    browser = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    browsers = ("chromium", "chromium-browser", "google-chrome")
+    browser = next((shutil.which(b) for b in browsers if shutil.which(b)), None)
     if browser is None:
         pytest.skip("no headless browser installed (apt-get install chromium)")
     page = html_fixture(tmp_path)["html"]
     capsys.readouterr()
     flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]
+             "--disable-component-update", "--disable-sync", "--no-first-run",
+             f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
     assert "<title>rocmcheck matrix</title>" in dom  # the title the injected script would have changed
     assert dom.count("<tr class=") == 4 and dom.count("<details>") == 5 and "<script" not in dom

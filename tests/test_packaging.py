@@ -76,8 +76,9 @@ def isolated_env(venv: Path) -> Dict[str, str]:
 
 def make_venv(path: Path, wheel: Path, *extra: str) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)  # no system site-packages
-    pip = subprocess.run([str(path / "bin" / "python"), "-I", "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                          str(wheel), *extra], capture_output=True, text=True, env=isolated_env(path), cwd=path)
+    pip = subprocess.run([str(path / "bin" / "python"), "-I", "-m", "pip", "install", "-q",
+                          "--disable-pip-version-check", str(wheel), *extra],
+                         capture_output=True, text=True, env=isolated_env(path), cwd=path)
     assert pip.returncode == 0, pip.stderr[-3000:]
     return path
 

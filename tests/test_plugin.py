@@ -178,7 +178,8 @@ def test_with_a_baseline_only_regressions_fail(project: pytest.Pytester) -> None
                  "-k", "fake-fail or fake-crash or fake-error or fake-ok")
     # fail as before: xfailed; pass -> crash: regression; error, absent before: fails; ok, absent before: new
     result.assert_outcomes(passed=2, failed=2, xfailed=1)
-    result.stdout.fnmatch_lines(["CRASH fake-crash: crashed: SIGSEGV", "regression against the baseline: pass -> crash"])
+    result.stdout.fnmatch_lines(["CRASH fake-crash: crashed: SIGSEGV",
+                                 "regression against the baseline: pass -> crash"])
     result.stdout.fnmatch_lines(["ERROR fake-error: *", "regression against the baseline: absent -> error"])
     result.stdout.fnmatch_lines([
         "against the baseline *base.json: 2 regressions, 0 fixes, 0 changed, 2 new, 0 missing, 1 unchanged",

@@ -18,7 +18,8 @@ from conftest import by_variant
 
 OUR_PROBES = ("transfer", "numerics", "gemm", "training")
 OURS = "(transfer[ or numerics[ or gemm[ or training[) and not hf-training["  # -k expression: our variants only
-TRANSFER_METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream", "d2h", "d2d")
+TRANSFER_METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream", "d2h",
+                    "d2d")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -79,7 +80,8 @@ def test_device_to_host_and_device_to_device_copies_fail_under_their_faults(rocm
     assert d2d["measurements"]["float16_bad_copies"] == d2d["measurements"]["float16_copies"] == 8
     (stale,) = rocm_run(probe="transfer", keyword="d2d-isolated", profile="gate", inject="copy-stale:d2d")
     m = stale["measurements"]
-    assert stale["status"] == "fail" and m["float32_bad_copies"] == m["float32_copies"] - 2  # all but the first of each size
+    # all but the first of each size
+    assert stale["status"] == "fail" and m["float32_bad_copies"] == m["float32_copies"] - 2
     assert m["float32_zeros"] == 0
 
 
@@ -159,8 +161,9 @@ def test_known_issues_name_our_probes_and_match_their_failures():
                        "device_facts": {"backend": backend, "torch": "2.9.1", "rocm": "6.4.2"}}
         return {issue["id"] for issue in known_issues.match(verdict, fingerprint)}
 
-    assert "fp16-ftz-backward-gfx90a" in matched("numerics", "numerics[ftz-fp16]", "fail",
-                                                 "float16 backward flushes subnormals to zero (flush-to-zero)", "gfx90a")
+    assert "fp16-ftz-backward-gfx90a" in matched(
+        "numerics", "numerics[ftz-fp16]", "fail", "float16 backward flushes subnormals to zero (flush-to-zero)",
+        "gfx90a")
     assert {"h2d-nan-on-repeat-gfx1030", "h2d-wrong-data-sdma"} <= matched(
         "transfer", "transfer[to-isolated]", "fail", "to: 3 of 48 copies wrong; first: ... 2 NaN ...; host-to-device",
         "gfx1030")

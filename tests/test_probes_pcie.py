@@ -82,7 +82,8 @@ def test_missing_link_files_skip_with_the_reason(fake_host):
     with pytest.raises(rocmcheck.Skip, match=r"the PCIe link of 0000:03:00.0 cannot be read \(current None x16"):
         pcie().check_link(ctx, 0)
     with pytest.raises(rocmcheck.Skip, match="no GPU function at 0000:04:00.0"):
-        pcie().check_link(rocmcheck.ProbeContext(device_facts={"devices": [{"index": 0, "pci_address": "0000:04:00.0"}]}), 0)
+        facts = {"devices": [{"index": 0, "pci_address": "0000:04:00.0"}]}
+        pcie().check_link(rocmcheck.ProbeContext(device_facts=facts), 0)
     with pytest.raises(rocmcheck.Skip, match="PCI address of device 1 is unknown"):
         pcie().check_link(ctx, 1)
 

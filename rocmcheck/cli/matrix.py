@@ -11,7 +11,8 @@ from ..model import ExitCode
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("matrix", help="one matrix from the reports of many machines (rows: variants, columns: machines)")
+    p = sub.add_parser("matrix",
+                       help="one matrix from the reports of many machines (rows: variants, columns: machines)")
     p.add_argument("files", nargs="+", type=Path, metavar="FILE",
                    help="reports (.json) or journals (.jsonl), or folders of reports (a fleet's node reports)")
     p.add_argument("--md", type=Path, default=None, metavar="PATH", help="also write the matrix as Markdown here")

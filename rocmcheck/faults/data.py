@@ -165,19 +165,22 @@ def _flip_one(out: Any, kind: str = "") -> None:
 
 
 @fault("copy-zeros", "host-to-device copies come back as zeros (HIP #3874, TheRock #8379); ARG limits it to "
-                     "some kinds of copy or names d2h/d2d; off with HSA_ENABLE_SDMA=0, which moves copies off the DMA engines "
+                     "some kinds of copy or names d2h/d2d; off with HSA_ENABLE_SDMA=0, which moves copies off "
+                     "the DMA engines "
                      "(https://github.com/ROCm/legacy-rocm-build/issues/2781)", args=_KIND_HELP, choices=TRANSFER_KINDS)
 def _copy_zeros(arg: Optional[str]) -> None:
     if os.environ.get("HSA_ENABLE_SDMA") != "0":  # the workaround `rocmcheck doctor` must find
         _patch_transfers(arg, _zero_)
 
 
-@fault("copy-flip", "host-to-device copies (ARG: some kinds, or d2h/d2d) come back with one bit flipped in one element", args=_KIND_HELP, choices=TRANSFER_KINDS)
+@fault("copy-flip", "host-to-device copies (ARG: some kinds, or d2h/d2d) come back with one bit flipped in one "
+                    "element", args=_KIND_HELP, choices=TRANSFER_KINDS)
 def _copy_flip(arg: Optional[str]) -> None:
     _patch_transfers(arg, _flip_one)
 
 
-@fault("copy-stale", "host-to-device copies (ARG: some kinds, or d2h/d2d) return the data of the previous copy of the same shape "
+@fault("copy-stale", "host-to-device copies (ARG: some kinds, or d2h/d2d) return the data of the previous copy "
+                     "of the same shape "
                      "(a missed wait, pinned-memory races, CuPy #4923)", args=_KIND_HELP, choices=TRANSFER_KINDS)
 def _copy_stale(arg: Optional[str]) -> None:
     previous: Dict[tuple, Any] = {}

@@ -29,7 +29,8 @@ def _abort(arg: Optional[str]) -> None:
     os.abort()
 
 
-@fault("exit-no-result", "the probe's process exits with status ARG (default 0) before writing a result", args="exit status")
+@fault("exit-no-result", "the probe's process exits with status ARG (default 0) before writing a result",
+       args="exit status")
 def _exit_no_result(arg: Optional[str]) -> None:
     sys.stdout.flush()
     os._exit(int(arg or 0))
@@ -54,7 +55,8 @@ def _grandchild_hang(arg: Optional[str]) -> None:
     _block_forever()
 
 
-@fault("output-flood", "the probe writes ARG MiB (default 8) without newlines to stdout and stderr, then goes on", args="MiB")
+@fault("output-flood", "the probe writes ARG MiB (default 8) without newlines to stdout and stderr, then goes on",
+       args="MiB")
 def _output_flood(arg: Optional[str]) -> None:
     chunk = "x" * (1 << 20)
     for _ in range(int(arg or 8)):

@@ -271,8 +271,9 @@ def _expandable_ignored(arg: Optional[str]) -> None:
 @fault("ipc-corrupt", "a tensor shared with a child process is a private copy: the child's writes never reach "
                       "the parent (pytorch #143728)")
 def _ipc_corrupt(arg: Optional[str]) -> None:
-    import torch
     from multiprocessing.reduction import ForkingPickler
+
+    import torch
     from torch.multiprocessing.reductions import reduce_tensor
 
     copies: List[Any] = []  # kept alive until the receiver has mapped them
