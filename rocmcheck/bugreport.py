@@ -19,7 +19,7 @@ from . import __version__, known_issues, registry, repro
 from .errors import UsageError
 from .fingerprint import summary
 from .jsonsafe import jsonsafe
-from .model import EVIDENCE_TAILS, STATUS_VALUES, Status, Verdict, count_statuses, is_bad
+from .model import EVIDENCE_TAILS, STATUS_VALUES, Status, Verdict, count_statuses, is_bad, is_notable
 from .redact import Redactor
 from .render import counts_line, doctor_markdown, markdown_matrix, short
 from .storage import report_json, write_atomic
@@ -74,7 +74,7 @@ def valid_verdicts(report: Mapping[str, Any]) -> List[Dict[str, Any]]:
 
 def _with_known_issues(verdict: Dict[str, Any], fingerprint: Dict[str, Any]) -> Dict[str, Any]:
     """Issues recorded with the verdict plus any the current known-issue data adds."""
-    if verdict["status"] in ("pass", "skip"):
+    if not is_notable(verdict["status"]):
         return verdict
     current = Verdict(verdict.get("probe") or verdict["variant"].split("[")[0], verdict["variant"],
                       Status(verdict["status"]), message=verdict.get("message", ""), evidence=verdict["evidence"])
@@ -207,7 +207,7 @@ def markdown(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: 
 def _matrix_section(verdicts: List[Dict[str, Any]], rows_kept: str) -> List[str]:
     if rows_kept == "none":
         return ["", f"Full matrix ({len(verdicts)} variants): cut, see the JSON twin."]
-    rows = verdicts if rows_kept == "all" else [v for v in verdicts if v["status"] not in ("pass", "skip")]
+    rows = verdicts if rows_kept == "all" else [v for v in verdicts if is_notable(v["status"])]
     cut = "" if rows_kept == "all" else f", {len(verdicts) - len(rows)} passing or skipped rows cut"
     return ["", f"<details><summary>Full matrix ({len(verdicts)} variants{cut})</summary>", "",
             markdown_matrix(rows) if rows else "(no verdicts)", "", "</details>"]

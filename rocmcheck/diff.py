@@ -21,7 +21,6 @@ from .model import STATUS_VALUES, Status, is_bad
 from .render import short
 
 KINDS = ("regression", "fix", "changed", "new", "missing")
-GOOD_NOW = (Status.PASS, Status.WARN)
 
 
 def statuses(report: Dict[str, Any], what: str) -> Dict[str, str]:
@@ -46,7 +45,7 @@ def classify(base: Optional[str], current: str) -> str:
     bad_before = is_bad(base)
     if bad_now and not bad_before:
         return "regression"
-    if bad_before and current in GOOD_NOW:
+    if bad_before and Status(current).worked:
         return "fix"
     return "changed"
 

@@ -48,7 +48,6 @@ SCHEMA = "rocmcheck-workarounds/1"
 BUILTIN_FILE = Path(__file__).parent / "data" / "workarounds.json"
 KINDS = ("env", "params")
 FALSE_FIX_CHANCE = 0.05
-PASSING = (Status.PASS, Status.WARN)
 DEFAULT_REPEATS = 3
 DEFAULT_BUDGET_S = 600.0
 
@@ -186,12 +185,12 @@ class Tally:
 
     @property
     def passes(self) -> int:
-        return sum(Status(s) in PASSING for s in self.statuses)
+        return sum(Status(s).worked for s in self.statuses)
 
     def add(self, verdict: Verdict) -> bool:
         """Record one run; True when it passed."""
         self.statuses.append(verdict.status.value)
-        ok = verdict.status in PASSING
+        ok = verdict.status.worked
         if not ok and not self.message:
             self.message = f"{verdict.status.value}: {verdict.message}"
         return ok
@@ -221,7 +220,7 @@ class Case:
         tally = self.tried.get(candidate.id)
         if tally is None or (not tally.runs and tally.stopped == "budget"):
             return "untried"
-        bad = [Status(s) for s in tally.statuses if Status(s) not in PASSING]
+        bad = [Status(s) for s in tally.statuses if not Status(s).worked]
         if bad:
             return {Status.CRASH: "crash", Status.HANG: "hang", Status.SKIP: "skip"}.get(bad[0], "no-fix")
         return "fix" if tally.passes >= needed else "cut"

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import UsageError
-from .model import Verdict
+from .model import Status, Verdict
+
+NOTABLE = [s.value for s in Status if s.is_notable]  # the statuses an entry matches unless it names its own
 
 KNOWN_ISSUES_ENV = "ROCMCHECK_KNOWN_ISSUES"
 BUILTIN_DIR = Path(__file__).parent / "data" / "known_issues"
@@ -90,7 +92,7 @@ def matches(entry: Dict[str, Any], verdict: Verdict, facts: Dict[str, Any]) -> b
         return False
     if "variant" in entry and not fnmatch.fnmatchcase(verdict.variant, entry["variant"]):
         return False
-    if verdict.status.value not in entry.get("status", ["fail", "error", "crash", "hang", "warn"]):
+    if verdict.status.value not in entry.get("status", NOTABLE):
         return False
     if "arch" in entry and not any(fnmatch.fnmatchcase(facts["arch"], a) for a in entry["arch"]):
         return False
@@ -111,5 +113,5 @@ def match(verdict: Verdict, fingerprint: Dict[str, Any]) -> List[Dict[str, Any]]
 
 def annotate(verdict: Verdict, fingerprint: Dict[str, Any]) -> None:
     """Attach matching known issues to a verdict that did not pass."""
-    if verdict.status.value not in ("pass", "skip"):
+    if verdict.status.is_notable:
         verdict.known_issues = match(verdict, fingerprint)

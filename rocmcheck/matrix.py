@@ -19,7 +19,7 @@ from . import known_issues
 from .diff import statuses
 from .errors import UsageError
 from .fingerprint import summary
-from .model import EVIDENCE_TAILS, STATUS_ORDER, Status, Verdict, count_statuses
+from .model import EVIDENCE_TAILS, STATUS_ORDER, Status, Verdict, count_statuses, is_notable
 from .render import known_issue_lines, md_escape
 
 GROUPING = ("reports with identical fingerprints share a column; the worst status wins, "
@@ -39,7 +39,7 @@ class Machine:
 def _issues(verdict: Dict[str, Any], fingerprint: Dict[str, Any]) -> List[Dict[str, Any]]:
     """Known issues stored with the verdict, plus any the current data files add."""
     found = {i.get("id"): i for i in verdict.get("known_issues") or []}
-    if verdict["status"] not in ("pass", "skip"):
+    if is_notable(verdict["status"]):
         probe = verdict.get("probe") or verdict["variant"].split("[")[0]
         current = Verdict(probe, verdict["variant"], Status(verdict["status"]), message=verdict.get("message") or "",
                           evidence=verdict.get("evidence") or {})
@@ -62,7 +62,7 @@ def _cell(verdicts: Optional[List[Dict[str, Any]]], fingerprint: Dict[str, Any])
     counts = count_statuses(v["status"] for v in verdicts)
     issues = {i.get("id"): i for v in verdicts for i in _issues(v, fingerprint)}
     return {"status": Status.worst(counts).value, "counts": counts, "known_issues": list(issues.values()),
-            "details": [_detail(v) for v in verdicts if v["status"] not in ("pass", "skip")]}
+            "details": [_detail(v) for v in verdicts if is_notable(v["status"])]}
 
 
 def _badness(machine: Machine) -> Tuple[int, ...]:

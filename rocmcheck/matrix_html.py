@@ -12,7 +12,7 @@ from itertools import groupby
 from typing import Any, Dict, List, Optional
 
 from .matrix import GROUPING, cell_text, counts_line
-from .model import is_bad
+from .model import is_bad, is_notable
 
 COLOURS = {"pass": "#c8efc8", "skip": "#e4e4e4", "warn": "#ffe9a8", "fail": "#ffb3b3", "error": "#ffc48a",
            "crash": "#e08cd8", "hang": "#b9a6ff"}
@@ -56,7 +56,7 @@ def _td(cell: Optional[Dict[str, Any]], variant: str, column: int) -> str:
     if cell is None:
         return f'<td class="cell missing" {attrs}>{escape(cell_text(cell))}</td>'
     text = escape(cell_text(cell))
-    body = _details(cell) if cell["status"] not in ("pass", "skip") or cell["known_issues"] else ""
+    body = _details(cell) if is_notable(cell["status"]) or cell["known_issues"] else ""
     inner = f"<details><summary>{text}</summary><div>{body}</div></details>" if body else text
     return f'<td class="cell s-{escape(cell["status"])}" {attrs}>{inner}</td>'
 

@@ -37,6 +37,16 @@ class Status(str, enum.Enum):
         return self in BAD_STATUSES
 
     @property
+    def worked(self) -> bool:
+        """pass or warn: the probe did its job (a fix for diff, a passing run for doctor)."""
+        return self in (Status.PASS, Status.WARN)
+
+    @property
+    def is_notable(self) -> bool:
+        """A status a reader must hear about (the bad ones and warn): it carries evidence, known issues."""
+        return self not in (Status.PASS, Status.SKIP)
+
+    @property
     def severity(self) -> int:
         """Larger is worse (pass is 0)."""
         return len(STATUS_ORDER) - 1 - STATUS_ORDER.index(self)
@@ -57,6 +67,11 @@ EVIDENCE_TAILS = ("stack", "traceback", "output_tail")  # the long evidence text
 def is_bad(status: str) -> bool:
     """`Status(status).is_bad` for a status read from a report."""
     return Status(status).is_bad
+
+
+def is_notable(status: str) -> bool:
+    """`Status(status).is_notable` for a status read from a report."""
+    return Status(status).is_notable
 
 
 def count_statuses(statuses: Iterable[str]) -> Dict[str, int]:

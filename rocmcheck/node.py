@@ -11,7 +11,7 @@ import socket
 import time
 from typing import Any, Dict, List, Optional
 
-from .model import ExitCode, is_bad, node_status
+from .model import ExitCode, Status, is_bad, node_status
 from .runner import GPU_VISIBLE
 
 SCHEMA = "rocmcheck-node-verdict"
@@ -27,7 +27,7 @@ def action(verdict: Dict[str, Any], on_gpu: bool) -> str:
     measured = (verdict.get("measurements") or {}).get("action")
     if verdict.get("probe") == GPU_VISIBLE and measured:
         return str(measured)
-    if verdict["status"] in ("crash", "hang") and on_gpu:
+    if Status(verdict["status"]) in (Status.CRASH, Status.HANG) and on_gpu:
         return "drain the node and reset the GPU: a GPU that crashes or hangs a probe takes the next job down too"
     if on_gpu:
         return "drain the node: this GPU and software stack compute wrong results; attach `rocmcheck report` upstream"

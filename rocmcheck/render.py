@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional
 from tabulate import tabulate
 
 from .fingerprint import summary
-from .model import EVIDENCE_TAILS, STATUS_ORDER, is_bad
+from .model import EVIDENCE_TAILS, STATUS_ORDER, is_bad, is_notable
 
 MESSAGE_WIDTH = 90
 
@@ -80,7 +80,7 @@ def markdown_report(report: Dict[str, Any]) -> str:
            f"{counts_line(report)}. Device `{run.get('device')}`, isolation {run.get('isolation')}, "
            f"profile {run.get('profile')}, run `{run.get('id')}`.", ""]
     out += [f"> {note}" for note in run.get("notes") or []]
-    bad = [v for v in report["verdicts"] if v["status"] not in ("pass", "skip")]
+    bad = [v for v in report["verdicts"] if is_notable(v["status"])]
     for v in bad:
         out += ["", f"## {v['status'].upper()} `{v['variant']}`", "", short(v.get("message", ""), 400)]
         out += known_issue_lines(v)
