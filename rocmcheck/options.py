@@ -86,7 +86,7 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
     Option("timeout", "per-variant timeout in seconds (overrides each probe's own)", "S", positive,
            "a positive number of seconds", ini="string", at_parse=True),
     Option("inject", "inject faults, NAME[:ARG][@PROBE_GLOB],... (see: rocmcheck list --faults)", "FAULT[,FAULT]",
-           inject, "a fault list", env=faults.INJECT_ENV),
+           inject, env=faults.INJECT_ENV),
     Option("probes_path", f"also load probe modules from DIR (repeatable; also ${registry.PROBES_PATH_ENV})", "DIR",
            action="append", ini="paths"),
     Option("gate_only", "only variants in the gate (gate profile)", action="store_true", ini="bool"),
