@@ -324,7 +324,7 @@ class Runner:
                       f"the remaining GPU probes run")
         else:
             self.wedged[device.name] = after
-            self.note(f"device canary on {device.name} after the hang of {after} failed ({why}); "
+            self.note(f"device canary after the hang of {after} failed on {device.name} ({why}); "
                       f"the remaining probes on that GPU are skipped")
         return clean_tree(outcome)
 
