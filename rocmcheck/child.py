@@ -16,16 +16,15 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, TextIO
 
 from . import faults, registry
 from .context import ProbeContext
-from .errors import Skip
 from .jsonsafe import jsonsafe
 from .launch import CHILD_PATHS_ENV, CHILD_PRELOAD_ENV
 from .model import Status
+from .verdicts import error_fields, first_line, outcome
 
 _stack_file: Optional[TextIO] = None  # faulthandler needs the file kept open
 
@@ -84,23 +83,6 @@ def runtime_init(device: str) -> None:
     torch.cuda.set_device(torch.device(device))
 
 
-def _error_fields(exc: BaseException) -> Dict[str, Any]:
-    return {
-        "type": type(exc).__name__,
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-    }
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _is_oom(exc: BaseException) -> bool:
-    return "OutOfMemoryError" in type(exc).__name__ or "out of memory" in str(exc).lower()
-
-
 def run_probe(task: Dict[str, Any]) -> Dict[str, Any]:
     """Load, inject, initialise and run the task's probe; classify the outcome."""
     registry.load_all(task.get("probes_paths", []))
@@ -112,8 +94,8 @@ def run_probe(task: Dict[str, Any]) -> Dict[str, Any]:
     try:
         runtime_init(task["device"])
     except Exception as exc:
-        return {"status": Status.ERROR.value, "message": f"GPU runtime init failed: {_first_line(exc)}",
-                "gpu_init_failed": True, "exception": _error_fields(exc)}
+        return {"status": Status.ERROR.value, "message": f"GPU runtime init failed: {first_line(exc)}",
+                "gpu_init_failed": True, "exception": error_fields(exc)}
     runtime_init_s = time.perf_counter() - init_start
     Path(task["started_path"]).touch()  # the probe's timeout runs from here, runtime init left out
     ctx = ProbeContext(device=task["device"], requested_device=task.get("device_requested", "auto"),
@@ -124,29 +106,16 @@ def run_probe(task: Dict[str, Any]) -> Dict[str, Any]:
     ctx.measure(runtime_init_s=round(runtime_init_s, 4))
     result: Dict[str, Any] = {"faults_installed": installed}
     start = time.perf_counter()
+    ended: Optional[BaseException] = None
     try:
         returned = spec.func(ctx, **ctx.params)
         ctx.synchronize()
         if isinstance(returned, dict):
             ctx.measurements.update(returned)
-        status = Status.WARN if ctx.warnings else Status.PASS
-        result.update(status=status.value, message="; ".join(ctx.warnings) or "ok")
-    except Skip as exc:
-        result.update(status=Status.SKIP.value, message=str(exc))
-    except AssertionError as exc:
-        ctx.measurements.update(getattr(exc, "measurements", {}))
-        result.update(status=Status.FAIL.value, message=_first_line(exc), exception=_error_fields(exc))
-    except SystemExit as exc:
-        result.update(status=Status.ERROR.value, message=f"the probe called sys.exit({exc.code!r}) before "
-                      "returning a result", exception=_error_fields(exc))
-    except KeyboardInterrupt as exc:
-        result.update(status=Status.ERROR.value, message="the probe raised KeyboardInterrupt itself (not a Ctrl-C: "
-                      "probes run in their own session)", exception=_error_fields(exc))
-    except BaseException as exc:  # noqa: BLE001 - every other exception is a verdict, not our crash
-        message = _first_line(exc)
-        if _is_oom(exc):
-            message = f"out of memory: {message}"
-        result.update(status=Status.ERROR.value, message=message, exception=_error_fields(exc))
+    except BaseException as exc:  # noqa: BLE001 - every exception is a verdict, not our crash
+        ended = exc
+        ctx.measurements.update(getattr(exc, "measurements", {}) if isinstance(exc, AssertionError) else {})
+    result.update(outcome(ended, ctx.warnings))
     result["probe_s"] = time.perf_counter() - start
     result["measurements"] = ctx.measurements
     result["warnings"] = ctx.warnings
@@ -192,8 +161,8 @@ def execute(task: Dict[str, Any]) -> None:
     try:
         result = run_call(task) if task.get("call") else run_probe(task)
     except BaseException as exc:  # noqa: BLE001 - harness failure inside the child: still a result
-        result = {"status": Status.ERROR.value, "message": f"rocmcheck child failed: {_first_line(exc)}",
-                  "exception": _error_fields(exc)}
+        result = {"status": Status.ERROR.value, "message": f"rocmcheck child failed: {first_line(exc)}",
+                  "exception": error_fields(exc)}
     write_result(task["result_path"], result)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -21,7 +21,6 @@ from typing import Any, Callable, Dict, List, Optional
 
 from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry
 from .errors import TorchMissing, UsageError
-from .exitcodes import describe, signal_of, signatures
 from .launch import IsolationServerDied, SpawnLauncher
 from .model import DeviceInfo, Status, Variant, Verdict
 from .options import ISOLATIONS
@@ -29,6 +28,7 @@ from .registry import module_file
 from .safetext import clean, clean_tree
 from .storage import Journal, SCHEMA, SCHEMA_VERSION, report_json, report_paths, write_atomic
 from . import watchdog
+from .verdicts import assemble, end_summary, read_result, read_text
 from .watchdog import TEARDOWN_WAIT_S, ChildEnd, supervise
 
 GPU_VISIBLE = "gpu-visible"  # the probe that fails when the host has GPUs that torch cannot use
@@ -36,7 +36,6 @@ FACTS_TIMEOUT_S = 120.0
 CANARY_TIMEOUT_S = 20.0  # runtime init and one tiny kernel; a device that needs longer is not usable
 CANARY_CALL = "rocmcheck.child:device_canary"
 CANARY_PROBE = "device-canary"  # the name faults are injected under: --inject hang@device-canary
-EVIDENCE_TAIL_CHARS = 4000
 
 
 def device_indexes(wanted: str, count: int) -> List[int]:
@@ -206,8 +205,8 @@ class Runner:
         GPUs; a GPU host whose torch sees none is a failure, never a CPU self-test."""
         task = self._task(call="rocmcheck.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S)  # faults: in_facts only
         end = self._launch(task, {}, fresh=False)
-        result = _read_result(task["result_path"])
-        self.facts = clean_tree((result or {}).get("data") or {"error": _end_summary(end)})
+        result = read_result(task["result_path"])
+        self.facts = clean_tree((result or {}).get("data") or {"error": end_summary(end)})
         if self.facts.get("torch_error") and self.opts.needs_torch:
             choice = hostgpu.torch_choice(hostgpu.read())
             raise TorchMissing(f"torch cannot be imported here ({self.facts['torch_error']}), so nothing can be "
@@ -294,13 +293,13 @@ class Runner:
         variant_env = {**variant.env(), **(env or {})}
         log_since = kernellog.now()
         end = self._launch(task, variant_env, spec.fresh_interpreter)
-        result = _read_result(task["result_path"])
+        result = read_result(task["result_path"])
         if result and result.get("gpu_init_failed") and self.isolation == "zygote":
             with self._lock:
                 if self.isolation == "zygote":  # another queue may have fallen back already
                     self.fall_back_to_spawn(result.get("message", "GPU init failed in a forked child"))
             return self._run_variant(variant, env, timeout, device)
-        verdict = assemble(variant, end, result, _read_text(task["stack_path"]), timeout)
+        verdict = assemble(variant, end, result, read_text(task["stack_path"]), timeout)  # every status: verdicts.py
         if device.kind == "gpu" and verdict.status.is_bad:
             verdict.evidence.update(kernellog.evidence(log_since))
         verdict.env = {**self.opts.env, **variant_env}
@@ -313,18 +312,18 @@ class Runner:
         remaining GPU probes are skipped ("device unusable after <variant>")."""
         task = self._task(call=CANARY_CALL, probe=CANARY_PROBE, device=device.name, timeout=CANARY_TIMEOUT_S)
         end = self._launch(task, {}, fresh=False)
-        result = _read_result(task["result_path"])
+        result = read_result(task["result_path"])
         data = (result or {}).get("data") or {}
         usable = not end.timed_out and bool(data.get("ok"))
         why = (f"no answer within {CANARY_TIMEOUT_S:g}s" if end.timed_out else
-               data.get("problem") or (result or {}).get("message") or _end_summary(end))
+               data.get("problem") or (result or {}).get("message") or end_summary(end))
         outcome = {"usable": usable, "elapsed_s": round(end.elapsed_s, 3), **({} if usable else {"problem": why})}
         if usable:
             self.note(f"device canary after the hang of {after}: a kernel ran in {end.elapsed_s:.2f}s; "
                       f"the remaining GPU probes run")
         else:
             self.wedged[device.name] = after
-            self.note(f"device canary on {device.name} after the hang of {after} failed ({why}); "
+            self.note(f"device canary after the hang of {after} failed on {device.name} ({why}); "
                       f"the remaining probes on that GPU are skipped")
         return clean_tree(outcome)
 
@@ -468,110 +467,3 @@ class Runner:
         write_atomic(paths["json"], report_json(report))
         if self.markdown is not None:
             write_atomic(paths["md"], self.markdown(report))
-
-
-# --- verdict assembly ---------------------------------------------------------------------
-
-
-def _read_text(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-# What assembly reads from a result file, by type: a field of another type (a probe that
-# wrote the file itself) is dropped, not a traceback.
-RESULT_TYPES = {"message": str, "measurements": dict, "exception": dict, "faults_installed": list,
-                "probe_s": (int, float), "data": dict}
-
-
-def _read_result(path: str) -> Optional[Dict[str, Any]]:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("status") not in {s.value for s in Status}:
-        return None
-    return {k: v for k, v in data.items() if k not in RESULT_TYPES or isinstance(v, RESULT_TYPES[k])}
-
-
-def _end_summary(end: ChildEnd) -> str:
-    return "timed out" if end.timed_out else f"child ended with {describe(end.returncode)} without a result"
-
-
-def evidence_of(end: ChildEnd, stack: str) -> Dict[str, Any]:
-    evidence: Dict[str, Any] = {"exit": describe(end.returncode, os.name == "nt"), "returncode": end.returncode,
-                                "elapsed_s": round(end.elapsed_s, 3)}
-    if end.lost:
-        evidence["exit"] = "unknown: the isolation server that would report it died"
-    if signal_of(end.returncode):
-        evidence["signal"] = describe(end.returncode)
-    if end.output:
-        evidence["output_tail"] = end.output[-EVIDENCE_TAIL_CHARS:]
-        evidence["output_bytes"] = end.output_bytes
-        if end.output_cut:
-            evidence["output_cut_bytes"] = end.output_cut
-    if stack.strip():
-        evidence["stack"] = stack.strip()
-    found = signatures(end.output + "\n" + stack)
-    if found:
-        evidence["signatures"] = found
-    if end.kill_steps:
-        evidence["kill_steps"] = end.kill_steps
-    if end.leftovers_killed:
-        evidence["leftover_processes_killed"] = len(end.leftovers_killed)
-        evidence["leftover_processes"] = end.leftovers_killed
-    if "SIGKILL" in end.kill_steps:
-        evidence["teardown"] = {"waited_s": round(end.teardown_s, 3), "states_seen": end.teardown_states}
-    if end.unkillable:
-        evidence["unkillable"] = end.state
-    return evidence
-
-
-def _no_result(end: ChildEnd) -> tuple:
-    sig = signal_of(end.returncode)
-    if sig == signal.SIGKILL:
-        return Status.CRASH, "killed by SIGKILL, not by rocmcheck: possibly the kernel's OOM killer"
-    if sig:
-        return Status.CRASH, f"crashed: {describe(end.returncode)}"
-    if end.returncode != 0:
-        return Status.CRASH, f"exited with {describe(end.returncode, os.name == 'nt')} without a result"
-    return Status.ERROR, "exited without a result (exit 0): no verdict was reported"
-
-
-def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], stack: str,
-             timeout: float) -> Verdict:
-    """Turn what the watchdog saw and what the child wrote into exactly one verdict."""
-    evidence = evidence_of(end, stack)
-    measurements: Dict[str, Any] = {}
-    if end.timed_out:
-        status = Status.HANG
-        message = f"no verdict within {timeout:g}s; child killed ({', '.join(end.kill_steps)})"
-        if end.never_started:
-            message = f"the child never started its task (stuck starting Python, importing torch or " \
-                      f"initialising the GPU runtime); killed ({', '.join(end.kill_steps)})"
-        if end.in_first_use:
-            message = f"first-use compilation ran past its {watchdog.FIRST_USE_LIMIT_S:g}s limit; child killed " \
-                      f"({', '.join(end.kill_steps)})"
-        if end.unkillable:
-            message = f"no verdict within {timeout:g}s and the child could not be killed " \
-                      f"(state {end.state.get('status', '?')} {end.teardown_s:.0f}s after SIGKILL)"
-    elif result is None and end.lost:
-        status, message = Status.CRASH, "the isolation server died, and the child ended without a result"
-    elif result is None:
-        status, message = _no_result(end)
-    else:
-        status, message = Status(result["status"]), result.get("message", "")
-        measurements = result.get("measurements") or {}
-        if result.get("exception") and status in (Status.FAIL, Status.ERROR):
-            evidence["traceback"] = str(result["exception"].get("traceback", ""))[-EVIDENCE_TAIL_CHARS:]
-            found = signatures(message + "\n" + evidence["traceback"])
-            if found:
-                evidence["signatures"] = sorted(set(evidence.get("signatures", [])) | set(found))
-        if result.get("faults_installed"):
-            evidence["faults_injected"] = result["faults_installed"]
-        if "probe_s" in result:
-            measurements.setdefault("probe_s", round(result["probe_s"], 4))
-    return Verdict(variant.spec.id, variant.id, status, dict(variant.params), clean(message),
-                   round(end.elapsed_s, 4), clean_tree(measurements), clean_tree(evidence))

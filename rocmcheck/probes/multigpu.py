@@ -342,7 +342,7 @@ def rocmcheck_path_env():
     """
     import site
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(rocmcheck.__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # above rocmcheck/probes/
     current = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     sites = {os.path.abspath(p) for p in [*site.getsitepackages(), site.getusersitepackages()]}
     if root in sites or root in current:

@@ -1,0 +1,177 @@
+"""Where every status comes from: one module, one hop from the runner.
+
+| status | decided by | where |
+|---|---|---|
+| pass, warn | the probe returned; warn when it called `ctx.warn` | `outcome` (in the child) |
+| skip | the probe raised `Skip` / called `ctx.skip`; or the runner never started it (unmet `requires`, torch cannot use the host's GPU, the device's canary failed) | `outcome`; `Runner._run_variant` |
+| fail | the probe raised `AssertionError` / `ProbeFailure` | `outcome` |
+| error | any other exception, `sys.exit()` or `KeyboardInterrupt` inside the probe; a child that exited 0 without a result | `outcome`; `no_result` |
+| crash | the child died by a signal, or exited non-zero without a result, or with the isolation server | `no_result`, `assemble` |
+| hang | the watchdog's deadline passed (probe timeout, startup or first-use limit) | `assemble` |
+
+The child writes `outcome`'s status into its result file; `assemble` (in the parent) turns
+what the watchdog saw and that file into exactly one `Verdict`, cleaned of text no output
+format accepts. After that the runner only adds where it ran (`env`, `device`) and
+`known_issues.annotate` the matching known issues; the status never changes again.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import traceback
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from . import watchdog
+from .errors import Skip
+from .exitcodes import describe, signal_of, signatures
+from .model import Status, Variant, Verdict
+from .safetext import clean, clean_tree
+from .watchdog import ChildEnd
+
+EVIDENCE_TAIL_CHARS = 4000
+
+
+# --- in the child: how the probe ended ---------------------------------------------------------
+
+
+def outcome(ended: Optional[BaseException], warnings: List[str]) -> Dict[str, Any]:
+    """Status and message (and the exception's fields) of a probe that returned (`ended` None)
+    or raised `ended`."""
+    if ended is None:
+        return {"status": (Status.WARN if warnings else Status.PASS).value, "message": "; ".join(warnings) or "ok"}
+    if isinstance(ended, Skip):
+        return {"status": Status.SKIP.value, "message": str(ended)}
+    if isinstance(ended, AssertionError):
+        status, message = Status.FAIL, first_line(ended)
+    elif isinstance(ended, SystemExit):
+        status, message = Status.ERROR, f"the probe called sys.exit({ended.code!r}) before returning a result"
+    elif isinstance(ended, KeyboardInterrupt):
+        status, message = Status.ERROR, ("the probe raised KeyboardInterrupt itself (not a Ctrl-C: probes run in "
+                                         "their own session)")
+    else:
+        status, message = Status.ERROR, first_line(ended)
+        if "OutOfMemoryError" in type(ended).__name__ or "out of memory" in str(ended).lower():
+            message = f"out of memory: {message}"
+    return {"status": status.value, "message": message, "exception": error_fields(ended)}
+
+
+def error_fields(exc: BaseException) -> Dict[str, Any]:
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    }
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# --- in the parent: one verdict from the child's end and its result file ---------------------
+
+
+def read_text(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+# What assembly reads from a result file, by type: a field of another type (a probe that
+# wrote the file itself) is dropped, not a traceback.
+RESULT_TYPES = {"message": str, "measurements": dict, "exception": dict, "faults_installed": list,
+                "probe_s": (int, float), "data": dict}
+
+
+def read_result(path: str) -> Optional[Dict[str, Any]]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("status") not in {s.value for s in Status}:
+        return None
+    return {k: v for k, v in data.items() if k not in RESULT_TYPES or isinstance(v, RESULT_TYPES[k])}
+
+
+def end_summary(end: ChildEnd) -> str:
+    return "timed out" if end.timed_out else f"child ended with {describe(end.returncode)} without a result"
+
+
+def evidence_of(end: ChildEnd, stack: str) -> Dict[str, Any]:
+    evidence: Dict[str, Any] = {"exit": describe(end.returncode, os.name == "nt"), "returncode": end.returncode,
+                                "elapsed_s": round(end.elapsed_s, 3)}
+    if end.lost:
+        evidence["exit"] = "unknown: the isolation server that would report it died"
+    if signal_of(end.returncode):
+        evidence["signal"] = describe(end.returncode)
+    if end.output:
+        evidence["output_tail"] = end.output[-EVIDENCE_TAIL_CHARS:]
+        evidence["output_bytes"] = end.output_bytes
+        if end.output_cut:
+            evidence["output_cut_bytes"] = end.output_cut
+    if stack.strip():
+        evidence["stack"] = stack.strip()
+    found = signatures(end.output + "\n" + stack)
+    if found:
+        evidence["signatures"] = found
+    if end.kill_steps:
+        evidence["kill_steps"] = end.kill_steps
+    if end.leftovers_killed:
+        evidence["leftover_processes_killed"] = len(end.leftovers_killed)
+        evidence["leftover_processes"] = end.leftovers_killed
+    if "SIGKILL" in end.kill_steps:
+        evidence["teardown"] = {"waited_s": round(end.teardown_s, 3), "states_seen": end.teardown_states}
+    if end.unkillable:
+        evidence["unkillable"] = end.state
+    return evidence
+
+
+def no_result(end: ChildEnd) -> tuple:
+    sig = signal_of(end.returncode)
+    if sig == signal.SIGKILL:
+        return Status.CRASH, "killed by SIGKILL, not by rocmcheck: possibly the kernel's OOM killer"
+    if sig:
+        return Status.CRASH, f"crashed: {describe(end.returncode)}"
+    if end.returncode != 0:
+        return Status.CRASH, f"exited with {describe(end.returncode, os.name == 'nt')} without a result"
+    return Status.ERROR, "exited without a result (exit 0): no verdict was reported"
+
+
+def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], stack: str,
+             timeout: float) -> Verdict:
+    """Turn what the watchdog saw and what the child wrote into exactly one verdict."""
+    evidence = evidence_of(end, stack)
+    measurements: Dict[str, Any] = {}
+    if end.timed_out:
+        status = Status.HANG
+        message = f"no verdict within {timeout:g}s; child killed ({', '.join(end.kill_steps)})"
+        if end.never_started:
+            message = f"the child never started its task (stuck starting Python, importing torch or " \
+                      f"initialising the GPU runtime); killed ({', '.join(end.kill_steps)})"
+        if end.in_first_use:
+            message = f"first-use compilation ran past its {watchdog.FIRST_USE_LIMIT_S:g}s limit; child killed " \
+                      f"({', '.join(end.kill_steps)})"
+        if end.unkillable:
+            message = f"no verdict within {timeout:g}s and the child could not be killed " \
+                      f"(state {end.state.get('status', '?')} {end.teardown_s:.0f}s after SIGKILL)"
+    elif result is None and end.lost:
+        status, message = Status.CRASH, "the isolation server died, and the child ended without a result"
+    elif result is None:
+        status, message = no_result(end)
+    else:
+        status, message = Status(result["status"]), result.get("message", "")
+        measurements = result.get("measurements") or {}
+        if result.get("exception") and status in (Status.FAIL, Status.ERROR):
+            evidence["traceback"] = str(result["exception"].get("traceback", ""))[-EVIDENCE_TAIL_CHARS:]
+            found = signatures(message + "\n" + evidence["traceback"])
+            if found:
+                evidence["signatures"] = sorted(set(evidence.get("signatures", [])) | set(found))
+        if result.get("faults_installed"):
+            evidence["faults_injected"] = result["faults_installed"]
+        if "probe_s" in result:
+            measurements.setdefault("probe_s", round(result["probe_s"], 4))
+    return Verdict(variant.spec.id, variant.id, status, dict(variant.params), clean(message),
+                   round(end.elapsed_s, 4), clean_tree(measurements), clean_tree(evidence))
