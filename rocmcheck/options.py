@@ -78,6 +78,11 @@ class Option:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
+    @property
+    def help_text(self) -> str:
+        """The one help text both front-ends show."""
+        return self.help + (f" (also ${self.env})" if self.env else "")
+
 
 OPTIONS: Dict[str, Option] = {o.name: o for o in (
     Option("device", DEVICE_HELP, "DEVICE", device, "auto, all, cpu or cuda:N[,M...]", ini="string"),
@@ -131,7 +136,7 @@ def add_to_argparse(parser: argparse.ArgumentParser, *names: str) -> None:
     """`--NAME` for each option (the environment and checks other than `at_parse` come in `layered`)."""
     for name in names:
         o = OPTIONS[name]
-        help_text = o.help + (f" (also ${o.env})" if o.env else "")
+        help_text = o.help_text
         if o.action == "store_true":
             parser.add_argument(o.flag, action="store_true", help=help_text)
         elif o.action == "append":
@@ -147,8 +152,10 @@ def add_to_pytest(group: Any, parser: Any, *names: str) -> None:
     """`--rocm-NAME` (all in the `rocmcheck` group) and, where the option has one, the ini key `rocm_NAME`."""
     for name in names:
         o = OPTIONS[name]
-        kwargs: Dict[str, Any] = {"action": o.action} if o.action else {"metavar": o.metavar}
-        group.addoption(f"--rocm-{o.flag[2:]}", dest=f"rocm_{name}", default=None, help=o.help, **kwargs)
+        kwargs: Dict[str, Any] = {"action": o.action} if o.action else {}
+        if o.action != "store_true":
+            kwargs["metavar"] = o.metavar
+        group.addoption(f"--rocm-{o.flag[2:]}", dest=f"rocm_{name}", default=None, help=o.help_text, **kwargs)
         if o.ini:
             default = {"paths": [], "bool": False}.get(o.ini, "")
-            parser.addini(f"rocm_{name}", o.help, type=None if o.ini == "string" else o.ini, default=default)
+            parser.addini(f"rocm_{name}", o.help_text, type=None if o.ini == "string" else o.ini, default=default)
