@@ -103,8 +103,7 @@ def run_probe(task: Dict[str, Any]) -> Dict[str, Any]:
                        params=dict(task.get("params", {})), timeout=float(task.get("timeout", 60)),
                        device_facts=dict(task.get("device_facts") or {}), expect_gpus=task.get("expect_gpus"),
                        started_path=task["started_path"])
-    ctx.measure(runtime_init_s=round(runtime_init_s, 4))
-    result: Dict[str, Any] = {"faults_installed": installed}
+    result: Dict[str, Any] = {"faults_installed": installed, "runtime_init_s": runtime_init_s}
     start = time.perf_counter()
     ended: Optional[BaseException] = None
     try:

@@ -83,7 +83,7 @@ def read_text(path: str) -> str:
 # What assembly reads from a result file, by type: a field of another type (a probe that
 # wrote the file itself) is dropped, not a traceback.
 RESULT_TYPES = {"message": str, "measurements": dict, "exception": dict, "faults_installed": list,
-                "probe_s": (int, float), "data": dict}
+                "probe_s": (int, float), "runtime_init_s": (int, float), "data": dict}
 
 
 def read_result(path: str) -> Optional[Dict[str, Any]]:
@@ -171,7 +171,8 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
                 evidence["signatures"] = sorted(set(evidence.get("signatures", [])) | set(found))
         if result.get("faults_installed"):
             evidence["faults_injected"] = result["faults_installed"]
-        if "probe_s" in result:
-            measurements.setdefault("probe_s", round(result["probe_s"], 4))
+        for timing in ("probe_s", "runtime_init_s"):  # after the probe's own measurements
+            if timing in result:
+                measurements.setdefault(timing, round(result[timing], 4))
     return Verdict(variant.spec.id, variant.id, status, dict(variant.params), clean(message),
                    round(end.elapsed_s, 4), clean_tree(measurements), clean_tree(evidence))
