@@ -22,6 +22,7 @@ import pytest
 from rocmcheck import registry
 from rocmcheck.launch import ChildProcess
 from rocmcheck.model import DeviceInfo
+from rocmcheck.render import markdown_report
 from rocmcheck.runner import Runner, RunOptions
 from rocmcheck.selection import select
 
@@ -96,7 +97,7 @@ def test_server_killed_mid_run_is_noted_and_the_run_goes_on(tmp_path, isolation,
 
 def test_server_dying_with_the_child_and_no_result_is_a_crash(tmp_path, isolation, piddir):
     opts = RunOptions(device="cpu", isolation=isolation, probes_paths=[FAKE], out_dir=tmp_path)
-    report = Runner(opts).run(variants("fake-x-server[exit]", "fake-pass"))
+    report = Runner(opts, markdown=markdown_report).run(variants("fake-x-server[exit]", "fake-pass"))
     first, second = report["verdicts"]
     if isolation == "zygote":
         assert (first["status"], first["message"]) == (
@@ -118,7 +119,8 @@ def _kill_server(runner: Runner) -> int:
 
 
 def test_server_killed_before_the_first_probe_and_between_probes(tmp_path, isolation, piddir):
-    runner = Runner(RunOptions(device="cpu", isolation=isolation, probes_paths=[FAKE], out_dir=tmp_path))
+    runner = Runner(RunOptions(device="cpu", isolation=isolation, probes_paths=[FAKE], out_dir=tmp_path),
+                    markdown=markdown_report)
     runner.start()
     if isolation == "spawn" and runner.launcher._standby is None:
         pytest.skip("one core: no standby interpreter to kill")
@@ -241,7 +243,7 @@ def _gpu_run(tmp_path, isolation, inject="", teardown_wait=30.0):
     opts = RunOptions(device="cuda:0", isolation=isolation, timeout=1.0, inject=inject, probes_paths=[FAKE],
                       out_dir=tmp_path, teardown_wait=teardown_wait)
     start = time.monotonic()
-    report = Runner(opts).run(variants("fake-ignore-term", "fake-pass"))
+    report = Runner(opts, markdown=markdown_report).run(variants("fake-ignore-term", "fake-pass"))
     return report, time.monotonic() - start
 
 

@@ -14,7 +14,10 @@ def test_every_probe_is_in_the_readme():
 
 
 def test_every_fault_is_in_the_readme():
-    missing = [name for name in faults.catalogue() if f"`{name}`" not in README]
+    """Every fault rocmcheck ships; those a test's own probe folder registers are not the README's."""
+    shipped = [f.name for f in faults.catalogue().values() if f.install.__module__.startswith("rocmcheck.")]
+    assert {"batch-corrupt", "copy-zeros", "hang"} <= set(shipped)  # the filter keeps what rocmcheck ships
+    missing = [name for name in shipped if f"`{name}`" not in README]
     assert missing == []
 
 
