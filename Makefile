@@ -14,6 +14,8 @@ TORCH ?=
 TORCH_INDEX ?=
 TORCH_NO_GPU ?= torch==2.13.0
 PYTEST_ARGS ?=
+# pytest-xdist workers; loadscope keeps each module's shared fixtures (a venv, a recorded run) in one worker
+PYTEST_WORKERS ?= 2
 BIN := $(VENV)/bin
 
 .PHONY: gate test clean
@@ -35,7 +37,7 @@ gate: $(VENV)/.installed
 	$(BIN)/rocmcheck gate
 
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
