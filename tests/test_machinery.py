@@ -251,7 +251,7 @@ def test_a_child_slow_to_die_is_waited_for_and_the_canary_lets_the_run_go_on(tmp
     report, _ = _gpu_run(tmp_path, isolation)
     hang, after = report["verdicts"]
     assert hang["status"] == "hang" and "could not be killed" not in hang["message"]
-    assert DYING_S <= hang["evidence"]["teardown"]["waited_s"] < 30
+    assert DYING_S - 0.1 <= hang["evidence"]["teardown"]["waited_s"] < 30  # slack: the wait starts after the kill call
     assert "unkillable" not in hang["evidence"]
     assert hang["evidence"]["device_canary"]["usable"] is True
     assert after["status"] == "pass"

@@ -4,6 +4,7 @@ device, through the real runner. Torch is made to report GPUs that are really th
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -11,15 +12,28 @@ from rocmcheck.cli import main
 from rocmcheck.errors import UsageError
 
 PROBES = textwrap.dedent('''
+    import pathlib
     import threading
     import time
     import rocmcheck
 
+    BARRIER = pathlib.Path(__file__).parent / "barrier"  # holds `expected` where a test asks for one
+
     @rocmcheck.probe("sched-work", title="work", targets="-", timeout=30, gate=True, variants={"n": [1, 2]})
     def sched_work(ctx, n):
+        """Variant 1 on each device waits (up to 20 s) until variant 1 runs on every expected device."""
         began = time.time()
         time.sleep(0.6)
-        return {"began": began, "ended": time.time(), "device": ctx.device}
+        met = None
+        if n == 1 and (BARRIER / "expected").exists():
+            (BARRIER / ctx.device).touch()
+            deadline = time.time() + 20
+            while len(list(BARRIER.glob("cuda:*"))) < int((BARRIER / "expected").read_text()):
+                if time.time() > deadline:
+                    break
+                time.sleep(0.02)
+            met = len(list(BARRIER.glob("cuda:*")))
+        return {"began": began, "ended": time.time(), "device": ctx.device, "met": met}
 
     @rocmcheck.probe("sched-hang", title="hangs on cuda:1", targets="-", timeout=2)
     def sched_hang(ctx):
@@ -46,6 +60,9 @@ def _on(verdicts, probe):
 
 
 def test_queues_run_at_once_one_probe_at_a_time_per_device(rocm_run, sched_probes, isolation):
+    barrier = Path(sched_probes[0]) / "barrier"
+    barrier.mkdir()
+    (barrier / "expected").write_text("4")
     verdicts = rocm_run(probe="sched-*", keyword="not hang", device="auto", inject="fake-gpus:4",
                         probes_path=sched_probes, isolation=isolation)
     work = _on(verdicts, "sched-work")
@@ -58,9 +75,8 @@ def test_queues_run_at_once_one_probe_at_a_time_per_device(rocm_run, sched_probe
     for device, pair in spans.items():  # never two probes on one device
         (a0, a1), (b0, b1) = sorted(pair)
         assert a1 <= b0, device
-    firsts = [min(pair)[0] for pair in spans.values()]
-    lasts = [min(pair)[1] for pair in spans.values()]
-    assert max(firsts) < min(lasts)  # the first probes of the four devices overlapped in time
+    met = [v["measurements"]["met"] for v in work if v["params"]["n"] == 1]
+    assert met == [4, 4, 4, 4]  # variant 1 ran on the four devices at once: each saw the other three
     (node,) = _on(verdicts, "sched-node")
     assert node["status"] == "pass" and node["device"]["name"] == "cuda:0"  # once, not per GPU
 
