@@ -42,6 +42,7 @@ class ChildProcess:
     lost: bool = False  # it ended, but its exit status died with the isolation server
     token: str = ""  # in its environment and its descendants' (TOKEN_ENV)
     before: Set[int] = field(default_factory=set, repr=False)  # the pids that existed before its task
+    from_standby: bool = False  # a prestarted interpreter took the task (it may have been killed as it did)
 
     def signal_tree(self, sig: int) -> None:
         """Signal the child and everything it started (process group, or job on Windows)."""
@@ -154,10 +155,11 @@ class SpawnLauncher:
             child.job.assign(popen._handle)  # type: ignore[attr-defined]
         return child
 
-    def launch(self, task_path: str, env: Dict[str, str]) -> ChildProcess:
-        """Hand the task to the standby child (same base environment) or a new one; a
-        standby that died waiting (killed by the OOM killer, say) is noted and replaced."""
-        child = self._standby if (self._standby and not env) else None
+    def launch(self, task_path: str, env: Dict[str, str], fresh: bool = False) -> ChildProcess:
+        """Hand the task to the standby child (same base environment) or, with `env` or
+        `fresh`, a new one; a standby that died waiting (killed by the OOM killer, say) is
+        noted and replaced."""
+        child = self._standby if (self._standby and not env and not fresh) else None
         if self._standby is not None and child is None:
             self._retire(self._standby)
         self._standby = None
@@ -169,6 +171,8 @@ class SpawnLauncher:
         if child is None:
             child = self._start(env)
             self._hand_over(child, task_path)  # one that dies at once is a crash the watchdog reports
+        else:
+            child.from_standby = True
         if self.prestart:
             self._standby = self._start({})
         return child

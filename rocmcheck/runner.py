@@ -21,7 +21,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry
 from .errors import TorchMissing, UsageError
-from .launch import IsolationServerDied, SpawnLauncher
+from .exitcodes import describe
+from .launch import WINDOWS, ChildProcess, IsolationServerDied, SpawnLauncher
 from .model import DeviceInfo, Status, Variant, Verdict
 from .options import ISOLATIONS
 from .registry import module_file
@@ -187,15 +188,33 @@ class Runner:
                 child = launcher.launch(str(task_path), env)
         except IsolationServerDied:
             self._check_server(f"as {what} was starting")
+            launcher = self.launcher
             with self._lock:
-                child = self.launcher.launch(str(task_path), env)
-        self._running[device] = (what, child)
-        try:
-            end = supervise(child, float(task["timeout"]), task["started_path"], teardown_wait=self.opts.teardown_wait)
-        finally:
-            self._running.pop(device, None)
+                child = launcher.launch(str(task_path), env)
+        end = self._supervise(child, task, device)
+        if self._standby_killed_at_hand_over(child, end, task):
+            self.note(f"the standby interpreter (pid {child.pid}) was killed ({describe(end.returncode, WINDOWS)}) "
+                      f"as {what} was handed to it, before the task began; ran it again in a fresh interpreter")
+            with self._lock:
+                child = launcher.launch(str(task_path), env, fresh=True)  # only a spawn launcher has a standby
+            end = self._supervise(child, task, device)
         self._check_server(f"while {what} ran")
         return end
+
+    def _supervise(self, child: ChildProcess, task: Dict[str, Any], device: str) -> ChildEnd:
+        self._running[device] = (task.get("probe") or task["call"], child)
+        try:
+            return supervise(child, float(task["timeout"]), task["started_path"], teardown_wait=self.opts.teardown_wait)
+        finally:
+            self._running.pop(device, None)
+
+    @staticmethod
+    def _standby_killed_at_hand_over(child: ChildProcess, end: ChildEnd, task: Dict[str, Any]) -> bool:
+        """A kill (the OOM killer's, say) that lands on the standby between its liveness check
+        and the hand-over ends it by a signal before it began the task: the task never ran,
+        so it is no verdict of the probe's."""
+        return (child.from_standby and end.returncode is not None and end.returncode < 0 and not end.timed_out
+                and not Path(task["started_path"]).exists() and not Path(task["result_path"]).exists())
 
     # --- device ------------------------------------------------------------------------
 

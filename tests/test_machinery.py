@@ -139,6 +139,42 @@ def test_server_killed_before_the_first_probe_and_between_probes(tmp_path, isola
     assert survivors(piddir) == []
 
 
+def test_standby_killed_as_its_task_is_handed_over_runs_the_task_again(tmp_path, monkeypatch, piddir):
+    """The OOM killer's kill can land between the standby's liveness check and its reading the
+    task: the task never began, so it runs again in a fresh interpreter, noted, not a crash."""
+    from rocmcheck.launch import SpawnLauncher
+
+    real, killed = SpawnLauncher._hand_over, []
+
+    def hand_over_then_kill(child, task_path):
+        handed = real(child, task_path)
+        if handed and not killed and child is runner.launcher._standby_taken:
+            os.kill(child.pid, signal.SIGKILL)
+            killed.append(child.pid)
+        return handed
+
+    real_launch = SpawnLauncher.launch
+
+    def launch(self, task_path, env, fresh=False):
+        self._standby_taken = self._standby  # what the next hand-over gives the task to
+        return real_launch(self, task_path, env, fresh)
+
+    runner = Runner(RunOptions(device="cpu", isolation="spawn", probes_paths=[FAKE], out_dir=tmp_path),
+                    markdown=markdown_report)
+    runner.start()
+    if runner.launcher._standby is None:
+        pytest.skip("one core: no standby interpreter")
+    monkeypatch.setattr(SpawnLauncher, "launch", launch)
+    monkeypatch.setattr(SpawnLauncher, "_hand_over", staticmethod(hand_over_then_kill))
+    verdict = runner.run_one(variants("fake-pass")[0])
+    report = runner.finish()
+    assert killed and verdict.status.value == "pass", verdict
+    assert any(f"standby interpreter (pid {killed[0]}) was killed (SIGKILL) as fake-pass was handed to it" in n
+               and "ran it again in a fresh interpreter" in n for n in report["run"]["notes"])
+    complete_report(tmp_path)
+    assert survivors(piddir) == []
+
+
 # --- 2. descendants that leave the process group or the session --------------------------------
 
 
