@@ -21,8 +21,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry
 from .errors import TorchMissing, UsageError
-from .exitcodes import describe
-from .launch import WINDOWS, ChildProcess, IsolationServerDied, SpawnLauncher
+from .launch import ChildProcess, IsolationServerDied, SpawnLauncher
 from .model import DeviceInfo, Status, Variant, Verdict
 from .options import ISOLATIONS
 from .registry import module_file
@@ -193,7 +192,7 @@ class Runner:
                 child = launcher.launch(str(task_path), env)
         end = self._supervise(child, task, device)
         if self._standby_killed_at_hand_over(child, end, task):
-            self.note(f"the standby interpreter (pid {child.pid}) was killed ({describe(end.returncode, WINDOWS)}) "
+            self.note(f"the standby interpreter (pid {child.pid}) was killed (SIGKILL) "
                       f"as {what} was handed to it, before the task began; ran it again in a fresh interpreter")
             with self._lock:
                 child = launcher.launch(str(task_path), env, fresh=True)  # only a spawn launcher has a standby
@@ -210,10 +209,11 @@ class Runner:
 
     @staticmethod
     def _standby_killed_at_hand_over(child: ChildProcess, end: ChildEnd, task: Dict[str, Any]) -> bool:
-        """A kill (the OOM killer's, say) that lands on the standby between its liveness check
-        and the hand-over ends it by a signal before it began the task: the task never ran,
-        so it is no verdict of the probe's."""
-        return (child.from_standby and end.returncode is not None and end.returncode < 0 and not end.timed_out
+        """A SIGKILL (the OOM killer's, say) that lands on the standby between its liveness check
+        and the hand-over ends it before it began the task: the task never ran, so it is no
+        verdict of the probe's. A crash of the task's own (SIGSEGV or SIGABRT in GPU runtime
+        init) is not this, and stays a crash."""
+        return (child.from_standby and end.returncode == -watchdog.SIGKILL and not end.timed_out
                 and not Path(task["started_path"]).exists() and not Path(task["result_path"]).exists())
 
     # --- device ------------------------------------------------------------------------

@@ -139,9 +139,11 @@ def test_server_killed_before_the_first_probe_and_between_probes(tmp_path, isola
     assert survivors(piddir) == []
 
 
-def test_standby_killed_as_its_task_is_handed_over_runs_the_task_again(tmp_path, monkeypatch, piddir):
-    """The OOM killer's kill can land between the standby's liveness check and its reading the
-    task: the task never began, so it runs again in a fresh interpreter, noted, not a crash."""
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGSEGV"])
+def test_standby_killed_as_its_task_is_handed_over_runs_the_task_again(tmp_path, monkeypatch, piddir, sig):
+    """The OOM killer's SIGKILL can land between the standby's liveness check and its reading
+    the task: the task never began, so it runs again in a fresh interpreter, noted, not a
+    crash. A SIGSEGV there is a crash of the child's own (GPU runtime init), and stays one."""
     from rocmcheck.launch import SpawnLauncher
 
     real, killed = SpawnLauncher._hand_over, []
@@ -149,7 +151,7 @@ def test_standby_killed_as_its_task_is_handed_over_runs_the_task_again(tmp_path,
     def hand_over_then_kill(child, task_path):
         handed = real(child, task_path)
         if handed and not killed and child is runner.launcher._standby_taken:
-            os.kill(child.pid, signal.SIGKILL)
+            os.kill(child.pid, getattr(signal, sig))
             killed.append(child.pid)
         return handed
 
@@ -168,9 +170,13 @@ def test_standby_killed_as_its_task_is_handed_over_runs_the_task_again(tmp_path,
     monkeypatch.setattr(SpawnLauncher, "_hand_over", staticmethod(hand_over_then_kill))
     verdict = runner.run_one(variants("fake-pass")[0])
     report = runner.finish()
-    assert killed and verdict.status.value == "pass", verdict
-    assert any(f"standby interpreter (pid {killed[0]}) was killed (SIGKILL) as fake-pass was handed to it" in n
-               and "ran it again in a fresh interpreter" in n for n in report["run"]["notes"])
+    rerun = [n for n in report["run"]["notes"] if "ran it again in a fresh interpreter" in n]
+    if sig == "SIGKILL":
+        assert killed and verdict.status.value == "pass", verdict
+        assert len(rerun) == 1 and f"(pid {killed[0]}) was killed (SIGKILL) as fake-pass was handed to it" in rerun[0]
+    else:
+        assert killed and verdict.status.value == "crash" and "SIGSEGV" in verdict.message, verdict
+        assert rerun == []
     complete_report(tmp_path)
     assert survivors(piddir) == []
 
