@@ -148,28 +148,23 @@ def test_standby_killed_as_its_task_is_handed_over_runs_the_task_again(tmp_path,
 
     real, killed = SpawnLauncher._hand_over, []
 
-    def hand_over_then_kill(child, task_path):
+    def hand_over_then_kill(child, task_path):  # the first hand-over after start() is to the standby
         handed = real(child, task_path)
-        if handed and not killed and child is runner.launcher._standby_taken:
+        if handed and not killed:
             os.kill(child.pid, getattr(signal, sig))
             killed.append(child.pid)
         return handed
-
-    real_launch = SpawnLauncher.launch
-
-    def launch(self, task_path, env, fresh=False):
-        self._standby_taken = self._standby  # what the next hand-over gives the task to
-        return real_launch(self, task_path, env, fresh)
 
     runner = Runner(RunOptions(device="cpu", isolation="spawn", probes_paths=[FAKE], out_dir=tmp_path),
                     markdown=markdown_report)
     runner.start()
     if runner.launcher._standby is None:
         pytest.skip("one core: no standby interpreter")
-    monkeypatch.setattr(SpawnLauncher, "launch", launch)
+    standby = runner.launcher._standby.pid
     monkeypatch.setattr(SpawnLauncher, "_hand_over", staticmethod(hand_over_then_kill))
     verdict = runner.run_one(variants("fake-pass")[0])
     report = runner.finish()
+    assert killed == [standby]
     rerun = [n for n in report["run"]["notes"] if "ran it again in a fresh interpreter" in n]
     if sig == "SIGKILL":
         assert killed and verdict.status.value == "pass", verdict
