@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 BIN := $(VENV)/bin
 
-.PHONY: gate test clean
+.PHONY: gate test clean compat
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -41,3 +41,9 @@ test: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
+
+# The torch compatibility matrix (scripts/compat_matrix.py): a cached venv per supported torch, several GB
+# each, so it is not part of `make test` or CI. COMPAT_ARGS='--torch 2.2.2' narrows it.
+COMPAT_ARGS ?=
+compat: $(VENV)/.installed
+	$(BIN)/python scripts/compat_matrix.py $(COMPAT_ARGS)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry
+from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry, torchapi
 from .errors import TorchMissing, UsageError
 from .launch import ChildProcess, IsolationServerDied, SpawnLauncher
 from .model import DeviceInfo, Status, Variant, Verdict
@@ -218,6 +218,14 @@ class Runner:
 
     # --- device ------------------------------------------------------------------------
 
+    def check_torch_version(self) -> None:
+        """A torch below the supported range: could not assess (exit 2), before any child starts."""
+        found = torchapi.installed_version()
+        if self.opts.needs_torch and found and not torchapi.supported(found):
+            choice = hostgpu.torch_choice(hostgpu.read())
+            raise TorchMissing(f"torch {found} is older than rocmcheck supports (torch {torchapi.OLDEST} through the "
+                               f"newest), so nothing can be assessed; {choice.reason}: {choice.command(sys.executable)}")
+
     def resolve_device(self) -> None:
         """Ask a child for device facts, hold them against the host's own GPU inventory, then
         turn `--device` into a DeviceInfo. `auto` falls back to the CPU only on a host without
@@ -350,6 +358,7 @@ class Runner:
 
     def start(self) -> None:
         """Start the launcher, resolve the device and open the journal (once per run)."""
+        self.check_torch_version()
         self._start_launcher()
         self.resolve_device()
         if self.opts.write_files:

@@ -27,6 +27,7 @@ import os
 import threading
 from typing import Any, Callable, Dict, Optional
 
+from .. import torchapi
 from . import fault
 
 H2D_KINDS = ("to", "to-nonblocking", "pinned", "side-stream", "cuda", "tensor", "as_tensor", "copy_")
@@ -230,10 +231,11 @@ def _patch_products(poison: Callable[[Any], Any]) -> None:
 
 
 def _preferred_blas() -> Any:
-    """The GPU BLAS library GEMMs go to now; None on the CPU (one BLAS)."""
+    """The GPU BLAS library GEMMs go to now; None on the CPU (one BLAS) and on torch < 2.4 (unnamed)."""
     import torch
 
-    return torch.backends.cuda.preferred_blas_library() if torch.cuda.is_available() else None
+    preferred = torchapi.preferred_blas_library()
+    return preferred() if preferred is not None and torch.cuda.is_available() else None
 
 
 @fault("matmul-nan", "matrix products return one NaN element (split-K NaN, rocm-libraries #9055); it lives in the "

@@ -9,6 +9,7 @@ import sys
 import threading
 from typing import Optional
 
+from .. import torchapi
 from . import fault
 
 
@@ -76,7 +77,7 @@ def _oom(arg: Optional[str]) -> None:
     import torch
 
     def out_of_memory(*args, **kwargs):
-        raise torch.OutOfMemoryError("HIP out of memory. Tried to allocate 2.00 GiB (injected)")
+        raise torchapi.out_of_memory_error()("HIP out of memory. Tried to allocate 2.00 GiB (injected)")
 
     for name in ("empty", "zeros", "ones", "randn", "rand", "full", "arange", "tensor"):
         setattr(torch, name, out_of_memory)

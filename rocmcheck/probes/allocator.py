@@ -19,6 +19,7 @@ the snapshot-based ones are skipped and the verdict says so.
 import os
 
 import rocmcheck
+from rocmcheck import torchapi
 from rocmcheck.known_issues import parse_version
 
 MiB = 1 << 20
@@ -194,7 +195,7 @@ def run_cycles(device, cycles, unit_bytes, canary_bytes):
                     for f in STEP_PLAN[cycle % PERIOD]]
             kept.append(torch.empty((2 * MiB + cycle % 3 * MiB) // 4, dtype=torch.int32, device=device).fill_(cycle))
             del step
-        except torch.OutOfMemoryError as exc:
+        except torchapi.out_of_memory_error() as exc:
             raise rocmcheck.ProbeFailure(f"out of memory at cycle {cycle} with reserved-minus-allocated at "
                                          f"{slack[-1] if slack else 0:.0f} MiB: {str(exc).splitlines()[0]}",
                                          slack_mib=slack) from None

@@ -6,7 +6,8 @@ pytorch #186174) and wrong outputs or gradients (efficient + custom mask,
 pytorch #147460; non-contiguous V, ROCm/pytorch #3230; hdim80 NaN, ROCm/aotriton #183).
 Facts: docs/failure-catalogue.md §3.
 
-Each backend is forced with `torch.nn.attention.sdpa_kernel` in its own child; a
+Each backend is forced with `torchapi.sdpa_kernel` (torch.nn.attention.sdpa_kernel, or the older
+`torch.backends.cuda.sdp_kernel` flags on torch 2.2) in its own child; a
 backend that hangs ends as `hang` for that variant only, and the progress lines in the
 evidence name the backend, the case and the phase (forward/backward) it hung in. The
 generous timeout covers first-call kernel loading. References are numpy float64 (SDPA
@@ -14,6 +15,7 @@ cases, MultiheadAttention) or explicit float64 ops on the CPU with `torch.autogr
 (the model), so neither touches the SDPA kernels nor `loss.backward()`.
 """
 import rocmcheck
+from rocmcheck import torchapi
 
 BACKENDS = {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
             "cudnn": "CUDNN_ATTENTION"}
@@ -129,20 +131,6 @@ def relative_error(got, ref, select=None):
 # --- running under a forced backend -------------------------------------------------------
 
 
-def sdpa_context(backend):
-    """`sdpa_kernel(<backend>)`; Skip when this torch has no such API or backend."""
-    import torch
-
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:
-        raise rocmcheck.Skip(f"torch {torch.__version__} has no torch.nn.attention.sdpa_kernel") from None
-    member = getattr(SDPBackend, BACKENDS[backend], None)
-    if member is None:
-        raise rocmcheck.Skip(f"torch {torch.__version__} has no SDPBackend.{BACKENDS[backend]}")
-    return sdpa_kernel([member])
-
-
 def forced(backend, fn):
     """Run `fn()` under the forced backend; a missing kernel becomes Unsupported with torch's reason."""
     import warnings
@@ -150,7 +138,7 @@ def forced(backend, fn):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            with sdpa_context(backend):
+            with torchapi.sdpa_kernel([BACKENDS[backend]]):
                 return fn()
         except RuntimeError as exc:
             text = str(exc)
@@ -371,10 +359,12 @@ def actor_critic():
 
 
 def actor_critic_loss(model, obs, actions, returns, explicit=False):
+    """The loss in the dtype of `returns`: float32 on the device (autocast outputs included), float64
+    for the reference. Mixing the two in `mse_loss` raises in backward on torch < 2.13."""
     import torch.nn.functional as F
 
     logits, value = model(obs, explicit)
-    return F.cross_entropy(logits.float(), actions) + F.mse_loss(value.float(), returns)
+    return F.cross_entropy(logits.to(returns.dtype), actions) + F.mse_loss(value.to(returns.dtype), returns)
 
 
 def reference_gradients(model, obs, actions, returns):

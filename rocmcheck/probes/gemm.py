@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Tuple
 
 import rocmcheck
-from rocmcheck import compare
+from rocmcheck import compare, torchapi
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
 BACKENDS = ("default", "cublas", "cublaslt")
@@ -54,17 +54,20 @@ def shape_for(ctx: rocmcheck.ProbeContext, name: str) -> Tuple[int, int, int, in
 
 def select_backend(ctx: rocmcheck.ProbeContext, blas: str) -> str:
     """Set the requested BLAS backend; skip when it does not apply or torch overrides it."""
-    import torch
-
     if not ctx.on_gpu:
         if blas != "default":
             ctx.skip("the CPU has one BLAS backend (the default variants run it); "
                      "preferred_blas_library only selects GPU libraries")
         return "cpu (one BLAS backend)"
-    current = torch.backends.cuda.preferred_blas_library()
+    preferred = torchapi.preferred_blas_library()
+    if preferred is None:  # torch < 2.4: GEMMs go to the build's one BLAS, which cannot be named
+        if blas != "default":
+            raise torchapi.missing("torch.backends.cuda.preferred_blas_library")
+        return "default (this torch cannot name or choose its BLAS)"
+    current = preferred()
     if blas == "default":
         return current.name.lower()
-    chosen = torch.backends.cuda.preferred_blas_library(blas).name.lower()
+    chosen = preferred(blas).name.lower()
     if chosen != blas:
         ctx.skip(f"preferred_blas_library({blas!r}) was overridden to {chosen!r}: that library is not "
                  f"available for this GPU")

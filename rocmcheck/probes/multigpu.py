@@ -253,8 +253,9 @@ def check_ddp(torch, dist, device, rank, world):
 
 def check_fsdp(torch, dist, device, rank, world):
     """FSDP (fully_shard) initialises, trains one step, and matches one process."""
-    from torch.distributed.fsdp import fully_shard
+    from rocmcheck import torchapi
 
+    fully_shard = torchapi.fully_shard()
     x, y = batch(ROWS_PER_RANK * world)
     model = small_mlp(torch)
     reference = reference_step(torch, model, x, y)
@@ -302,21 +303,49 @@ def rank_main(argv):
         torch.cuda.set_device(device)
     # the collective library's own timeout comes later, so a stuck rank reports its stack first
     dist.init_process_group(args.backend, rank=rank, world_size=world, timeout=timedelta(seconds=args.timeout + 60))
-    results = {}
-    for name in args.checks.split(","):
-        print(f"rank {rank}: {name}", flush=True)
-        results[name] = RANK_CHECKS[name](torch, dist, device, rank, world)
+    results = {name: run_check(name, torch, dist, device, rank, world) for name in args.checks.split(",")}
     dist.destroy_process_group()
     faulthandler.cancel_dump_traceback_later()
-    line = json.dumps({"rank": rank, "world": world, "backend": args.backend, "fp32_flags": fp32_flags,
-                       "checks": results})
-    if args.result:
-        with open(args.result, "w") as fh:
+    write_result(args.result, {"rank": rank, "world": world, "backend": args.backend, "fp32_flags": fp32_flags,
+                               "checks": results})
+    return 0 if all(r["ok"] for r in results.values()) else 1
+
+
+def run_check(name, torch, dist, device, rank, world):
+    """One check's result; its exception is the result too, so the other checks still run and report.
+
+    A check this torch cannot run (Skip: FSDP2 before torch 2.4) is ok and says why."""
+    print(f"rank {rank}: {name}", flush=True)
+    try:
+        return RANK_CHECKS[name](torch, dist, device, rank, world)
+    except rocmcheck.Skip as exc:
+        return {"ok": True, "skipped": str(exc), "message": f"skipped: {exc}"}
+    except Exception as exc:  # noqa: BLE001 - reported as this check's error
+        return {"ok": False, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
+                "message": f"raised {type(exc).__name__}: {exc}"}
+
+
+def write_result(path, record):
+    line = json.dumps(record)
+    if path:
+        with open(path, "w") as fh:
             fh.write(line)
     else:  # one write() per line: two ranks sharing torchrun's stdout must not interleave
         sys.stdout.flush()
         os.write(sys.stdout.fileno(), (line + "\n").encode())
-    return 0 if all(r["ok"] for r in results.values()) else 1
+
+
+def rank_entry(argv):
+    """rank_main, with an exception before any check (the process group's init) in the result, not lost."""
+    try:
+        return rank_main(argv)
+    except Exception as exc:  # noqa: BLE001 - the rank's own failure, for the probe's verdict
+        import traceback
+
+        traceback.print_exc()
+        result = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--result"), None)
+        write_result(result, {"rank": int(os.environ.get("RANK", -1)), "error": f"{type(exc).__name__}: {exc}"})
+        return 1
 
 
 # --- launching ranks from the probe --------------------------------------------------------------
@@ -330,7 +359,7 @@ def free_port():
 
 def _forked_rank(env, argv):
     os.environ.update(env)
-    sys.exit(rank_main(argv))
+    sys.exit(rank_entry(argv))
 
 
 def rocmcheck_path_env():
@@ -425,10 +454,20 @@ def run_distributed(ctx, backend):
     if missing:
         raise RuntimeError("; ".join(missing))
     lines = {r: json.loads(text) for r, text in results.items()}
+    failed = [f"rank {r}: {line['error']}" for r, line in lines.items() if "error" in line]
+    if failed:
+        raise RuntimeError("; ".join(failed))
     checks = {r: line["checks"] for r, line in lines.items()}
     ctx.measure(ranks=checks, rank_fp32_flags={r: line["fp32_flags"] for r, line in lines.items()})
-    problems = [f"rank {r} {name}: {c['message']}" for r, rc in checks.items() for name, c in rc.items() if not c["ok"]]
-    assert not problems, "; ".join(problems)
+    skipped = sorted({f"{name}: {c['skipped']}" for rc in checks.values() for name, c in rc.items() if "skipped" in c})
+    if skipped:
+        ctx.measure(skipped_checks=skipped)
+    errors = [f"rank {r} {name}: {c['error']}" for r, rc in checks.items() for name, c in rc.items() if "error" in c]
+    problems = [f"rank {r} {name}: {c['message']}" for r, rc in checks.items() for name, c in rc.items()
+                if not c["ok"] and "error" not in c]
+    assert not problems, "; ".join(problems + errors)
+    if errors:
+        raise RuntimeError("; ".join(errors) + " (the other checks passed)")
 
 
 @rocmcheck.probe(
@@ -462,4 +501,4 @@ if __name__ == "__main__":
     from rocmcheck.faults.system import install_exported
 
     install_exported("multigpu-*")  # faults a probe injected reach ranks in fresh interpreters too
-    sys.exit(rank_main(sys.argv[1:]))
+    sys.exit(rank_entry(sys.argv[1:]))

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 import rocmcheck
-from rocmcheck import compare
+from rocmcheck import compare, torchapi
 
 
 
@@ -147,7 +147,7 @@ def train(model: Any, cfg: Config, device: str, steps: int, lr: float, autocast:
     opt = torch.optim.AdamW(trainable.values(), lr=lr, weight_decay=0.01)
     loss_dtype = next(iter(trainable.values())).dtype  # float32 under autocast, float64 for the reference
     kind = torch.device(device).type
-    grad_scaler = torch.amp.GradScaler(kind, init_scale=2.0 ** 10) if scaler else None
+    grad_scaler = torchapi.grad_scaler(kind, init_scale=2.0 ** 10) if scaler else None
     trace = Trace()
     model.train()
     for step in range(1, steps + 1):

@@ -1,0 +1,102 @@
+"""Every `torch.` name the rocmcheck package uses, and whether the installed torch has it.
+
+    python scripts/torch_names.py            list the names this torch lacks (exit 1 if any is unguarded)
+    python scripts/torch_names.py --record   under the oldest supported torch: write the names it has
+                                             into rocmcheck/data/torch_api.json's in_oldest
+
+A name is read from the source (import statements and attribute chains on `torch` or an alias of
+a torch module), never by running a probe. tests/test_torch_api.py uses the same reading.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "rocmcheck"
+
+
+def _dotted(node: ast.AST, aliases: Dict[str, str]) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name) and node.id in aliases:
+        return ".".join([aliases[node.id], *reversed(parts)])
+    return ""
+
+
+def uses_in(source: str, where: str) -> Dict[str, List[str]]:
+    """{dotted torch name: ["file:line", ...]} for one module's source."""
+    tree = ast.parse(source)
+    aliases = {"torch": "torch"}  # a function parameter named torch is the module too (the rank checks)
+    found: Dict[str, List[str]] = defaultdict(list)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "torch":
+                    found[alias.name].append(f"{where}:{node.lineno}")
+                    if alias.asname:
+                        aliases[alias.asname] = alias.name
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch" and not node.level:
+            for alias in node.names:
+                found[f"{node.module}.{alias.name}"].append(f"{where}:{node.lineno}")
+                aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    chained = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and id(node) not in chained:  # the outermost link of a chain
+            name = _dotted(node, aliases)
+            if name:
+                found[name].append(f"{where}:{node.lineno}")
+    return found
+
+
+def uses(package: Path = PACKAGE) -> Dict[str, List[str]]:
+    """Every torch name used under `package`, with where."""
+    merged: Dict[str, List[str]] = defaultdict(list)
+    for path in sorted(package.rglob("*.py")):
+        for name, places in uses_in(path.read_text(encoding="utf-8"), str(path.relative_to(package.parent))).items():
+            merged[name] += places
+    return dict(merged)
+
+
+def table() -> dict:
+    return json.loads((PACKAGE / "data" / "torch_api.json").read_text(encoding="utf-8"))
+
+
+def versioned(name: str, names: Dict[str, dict]) -> str:
+    """The table entry that covers `name` (itself or a prefix: SDPBackend.MATH is SDPBackend's), or ''."""
+    return next((entry for entry in names if name == entry or name.startswith(entry + ".")), "")
+
+
+def main(argv: List[str]) -> int:
+    sys.path.insert(0, str(ROOT))
+    from rocmcheck import torchapi
+
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--record", action="store_true", help="write in_oldest (run under the oldest supported torch)")
+    args = parser.parse_args(argv)
+    data, used = table(), uses()
+    absent = {n: p for n, p in used.items() if not torchapi.lookup(n)[0]}
+    unguarded = {n: p for n, p in absent.items() if not versioned(n, data["names"])}
+    for name, places in sorted(absent.items()):
+        print(f"{'UNGUARDED ' if name in unguarded else ''}torch {torch.__version__} lacks {name}: {', '.join(places[:3])}")
+    if args.record:
+        if torchapi.version_tuple(torch.__version__) != torchapi.version_tuple(data["oldest_supported"]):
+            print(f"--record runs under torch {data['oldest_supported']}.x, not {torch.__version__}", file=sys.stderr)
+            return 2
+        data["in_oldest"] = sorted(n for n in used if n not in absent and not versioned(n, data["names"]))
+        (PACKAGE / "data" / "torch_api.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        print(f"recorded {len(data['in_oldest'])} names torch {torch.__version__} has")
+    return 1 if unguarded else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
