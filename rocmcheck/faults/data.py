@@ -386,3 +386,16 @@ def _compile_wrong(arg: Optional[str]) -> None:
         return compile
 
     patch(torch, "compile", wrap)
+
+
+@fault("old-torch", "torch API newer than ARG (default: the oldest supported torch) is absent, as on that torch: every "
+                    "fallback in rocmcheck.torchapi runs on the torch installed here", choices=("2.2", "2.3", "2.4", "2.5"))
+def _old_torch(arg: Optional[str]) -> None:
+    pretend = torchapi.version_tuple(arg or torchapi.OLDEST)
+    real = torchapi.lookup
+
+    def lookup(name: str) -> Any:
+        first = torchapi.since(name)
+        return (False, None) if first and torchapi.version_tuple(first) > pretend else real(name)
+
+    torchapi.lookup = lookup
