@@ -62,19 +62,26 @@ def since(name: str) -> Optional[str]:
 
 
 def lookup(name: str) -> Tuple[bool, Any]:
-    """(whether this torch has the dotted `torch.…` name, the object), importing submodules as needed."""
+    """(whether this torch has the dotted `torch.…` name, the object).
+
+    Resolved as `from a.b import c` does: an attribute first, then a submodule. So
+    `torch.distributed._composable.fsdp.fully_shard` is the function the package exports, not the
+    module of the same name beside it (torch 2.3-2.5)."""
     parts = name.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except Exception:  # noqa: BLE001 - absent, or a submodule that fails to import on this build
-            continue
-        for attribute in parts[cut:]:
+    try:
+        obj: Any = importlib.import_module(parts[0])
+    except Exception:  # noqa: BLE001 - torch absent or broken: every name is absent
+        return False, None
+    for index, attribute in enumerate(parts[1:], start=2):
+        if not hasattr(obj, attribute):
+            try:
+                importlib.import_module(".".join(parts[:index]))
+            except Exception:  # noqa: BLE001 - no such submodule, or one that fails to import on this build
+                return False, None
             if not hasattr(obj, attribute):
                 return False, None
-            obj = getattr(obj, attribute)
-        return True, obj
-    return False, None
+        obj = getattr(obj, attribute)
+    return True, obj
 
 
 def resolve(name: str) -> Any:

@@ -28,15 +28,17 @@ from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parent.parent
 HF_OLD = ("transformers==4.57.*", "peft==0.17.1", "accelerate==1.12.*")
+HF_NEW = ("transformers>=5.23", "peft>=0.21", "accelerate>=1.15")  # the `hf` extra's floor
 # torch version -> what else its environment needs. The oldest builds were made against numpy 1;
-# 2.4 and 2.5 get the last Hugging Face stack that supports them, so hf-training runs there too.
+# 2.4 and 2.5 get the last Hugging Face stack that supports them, the newest the `hf` extra, so
+# hf-training runs on both ends of the range.
 MATRIX: Dict[str, Tuple[str, ...]] = {
     "2.2.2": ("numpy<2",),
     "2.3.1": ("numpy<2",),
     "2.4.1": HF_OLD,
     "2.5.1": HF_OLD,
     "2.11.0": (),
-    "2.15.0": (),  # the newest release when the matrix was last run
+    "2.15.0": HF_NEW,  # the newest release when the matrix was last run
 }
 BAD = ("error", "crash", "hang")
 
