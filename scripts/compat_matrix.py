@@ -49,7 +49,7 @@ def cache_dir() -> Path:
 
 def pip_env() -> Dict[str, str]:
     """A machine-wide pip constraint (a cap on torch, say) must not choose the version under test."""
-    return {**os.environ, "PIP_CONSTRAINT": "", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    return {**os.environ, "PIP_CONSTRAINT": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
 def venv_for(version: str, extras: Sequence[str], python: str) -> Path:
