@@ -12,7 +12,6 @@ import time
 from typing import Any, Dict, List, Optional
 
 from .model import ExitCode, Status, is_bad, node_status
-from .runner import GPU_VISIBLE
 
 SCHEMA = "rocmcheck-node-verdict"
 SCHEMA_VERSION = "1.0"
@@ -25,7 +24,7 @@ def action(verdict: Dict[str, Any], on_gpu: bool) -> str:
     if workaround:
         return f"apply the known workaround ({issues[0].get('id')}): {workaround}"
     measured = (verdict.get("measurements") or {}).get("action")
-    if verdict.get("probe") == GPU_VISIBLE and measured:
+    if measured:  # the probe knows the step: gpu-visible's install command, node-health's "drain; reset or replace"
         return str(measured)
     if Status(verdict["status"]) in (Status.CRASH, Status.HANG) and on_gpu:
         return "drain the node and reset the GPU: a GPU that crashes or hangs a probe takes the next job down too"
