@@ -347,11 +347,12 @@ def read_nvidia(addresses: List[str]) -> Dict[str, GpuHealth]:
     return {a: GpuHealth(a, "nvidia", "none", not_exposed=list(why)) for a in addresses}
 
 
-def snapshot(root: Optional[Path] = None) -> Dict[str, GpuHealth]:
-    """Every GPU of the host bound to its compute driver, by PCI address. Never raises."""
+def snapshot(root: Optional[Path] = None, only: Optional[str] = None) -> Dict[str, GpuHealth]:
+    """Every GPU of the host bound to its compute driver (or only the one at address `only`),
+    by PCI address. Never raises."""
     root = root or hostgpu.host_root()
     try:
-        gpus = [g for g in hostgpu.read_pci(root) if g.usable_here]
+        gpus = [g for g in hostgpu.read_pci(root) if g.usable_here and only in (None, g.address)]
     except OSError:
         return {}
     found = {g.address: read_amd(root / "sys/bus/pci/devices" / g.address) for g in gpus if g.vendor == "amd"}

@@ -38,7 +38,7 @@ def device_address(ctx: rocmcheck.ProbeContext) -> str:
 def node_health(ctx):
     address = device_address(ctx)
     index = int(ctx.device.split(":")[1])
-    now = nodehealth.snapshot().get(address)
+    now = nodehealth.snapshot(only=address).get(address)
     if now is None:
         ctx.skip(f"GPU {index}: no GPU function bound to its driver at {address} under "
                  f"{hostgpu.host_root() / 'sys/bus/pci/devices'}")
