@@ -303,7 +303,9 @@ def read_nvml(nvml: Any) -> Dict[str, GpuHealth]:
                 health.pages = {"retired": int(rows[1]) if rows else 0,
                                 "pending": int(bool(pending)) + (int(bool(rows[2])) if rows else 0),
                                 "failed": int(bool(rows[3])) if rows else 0}
-            reasons = _nvml_call(nvml, health, "nvmlDeviceGetCurrentClocksEventReasons", handle)
+            event = hasattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons")  # ThrottleReasons before driver 535
+            named = "nvmlDeviceGetCurrentClocks" + ("EventReasons" if event else "ThrottleReasons")
+            reasons = _nvml_call(nvml, health, named, handle)
             health.throttle = [name for bit, name in THROTTLE_BITS.items() if reasons and reasons & bit]
             health.pcie_replays = _nvml_call(nvml, health, "nvmlDeviceGetPcieReplayCounter", handle)
             temp = _nvml_call(nvml, health, "nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)
@@ -363,6 +365,26 @@ def snapshot(root: Optional[Path] = None, only: Optional[str] = None) -> Dict[st
                                                                                   "nvidia-smi's list"])
                       for a in nvidia})
     return found
+
+
+def describe(health: GpuHealth) -> str:
+    """One line of counters for `rocmcheck env`."""
+    parts = [health.source]
+    for name, counts in (("uncorrectable", health.ue), ("correctable", health.ce), ("deferred", health.de)):
+        if counts:
+            parts.append(f"{name} {sum(counts.values())}" + (f" ({_named(counts)})" if _named(counts) else ""))
+    if health.pages:
+        parts.append("bad pages " + ", ".join(f"{n} {kind}" for kind, n in health.pages.items()))
+    if health.pcie_replays is not None:
+        parts.append(f"PCIe replays {health.pcie_replays}")
+    parts += [f"{t['sensor']} {t['celsius']:g} C" + (f" (critical {t['critical']:g})" if t.get("critical") else "")
+              for t in health.temperatures]
+    if health.power_w is not None:
+        parts.append(f"power {health.power_w:g} W" + (f" of {health.power_cap_w:g} W" if health.power_cap_w else ""))
+    parts += [f"throttle {r}" for r in health.throttle]
+    parts += [f"not exposed: {what}" for what in health.not_exposed]
+    parts += [f"unreadable: {what}" for what in health.unreadable]
+    return "; ".join(parts)
 
 
 # --- the verdict -------------------------------------------------------------------------------
