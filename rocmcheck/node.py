@@ -43,9 +43,13 @@ def verdict(report: Dict[str, Any], exit_code: int, files: Optional[Dict[str, st
             failing.append({"check": v["variant"], "status": v["status"], "message": v.get("message", ""),
                             "device": v.get("device") or run.get("device"), "action": action(v, on_gpu),
                             "known_issues": [i.get("id") for i in v.get("known_issues") or []]})
+    # a GO node can still be one to watch (correctable errors rising, a GPU throttled at idle)
+    warnings = [{"check": v["variant"], "message": v.get("message", ""), "device": v.get("device") or run.get("device")}
+                for v in report.get("verdicts") or [] if v["status"] == Status.WARN.value]
     device = (report.get("fingerprint") or {}).get("device") or {}
     return {**_head(exit_code), "device": run.get("device"), "backend": device.get("backend"),
             "gpus_seen": device.get("count"), "counts": run.get("counts") or {}, "failing": failing,
+            "warnings": warnings,
             "notes": run.get("notes") or [], "partial": bool(run.get("partial")), "reports": files or {}}
 
 
