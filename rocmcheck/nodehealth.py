@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ from . import hostgpu
 
 SMI_XML_ENV = "ROCMCHECK_NVIDIA_SMI_XML"
 SMI_TIMEOUT_S = 10.0  # nvidia-smi can hang on a GPU that fell off the bus
+NVML_TIMEOUT_S = 10.0  # and so can NVML
 POWER_AT_CAP = 0.95  # at idle, power this close to its cap means the firmware is holding the clocks down
 AMD_SOURCE, NVML_SOURCE, SMI_SOURCE = "amdgpu sysfs", "NVML (nvidia-ml-py)", "nvidia-smi -q -x"
 # NVML clock event (throttle) reasons that hold clocks down for a reason other than load or settings
@@ -321,20 +323,41 @@ def read_nvml(nvml: Any) -> Dict[str, GpuHealth]:
         nvml.nvmlShutdown()
 
 
-def read_nvidia(addresses: List[str]) -> Dict[str, GpuHealth]:
-    """The NVIDIA GPUs at `addresses`: NVML if nvidia-ml-py imports, else nvidia-smi, else each
-    GPU says that neither is there."""
-    fixture = os.environ.get(SMI_XML_ENV)
-    why = []
-    if not fixture:
-        try:
-            import pynvml  # nvidia-ml-py, the optional `nvidia` extra
+def _nvml_within(nvml: Any, seconds: float, why: List[str]) -> Optional[Dict[str, GpuHealth]]:
+    """`read_nvml` in a daemon thread: NVML runs in the gate's own process, with no watchdog
+    around it, and a GPU that fell off the bus can hang it. Past `seconds` the gate goes on."""
+    box: Dict[str, Any] = {}
 
-            return read_nvml(pynvml)
-        except ImportError:
-            why.append("nvidia-ml-py is not installed (pip install 'rocmcheck[nvidia]')")
+    def run() -> None:
+        try:
+            box["found"] = read_nvml(nvml)
         except Exception as exc:  # noqa: BLE001 - pynvml.NVMLError and friends: fall back to nvidia-smi
-            why.append(f"NVML failed: {exc}")
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="rocmcheck-nvml", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        why.append(f"NVML did not answer within {seconds:g}s")
+    elif "error" in box:
+        why.append(f"NVML failed: {box['error']}")
+    return box.get("found")
+
+
+def read_nvidia(addresses: List[str], nvml: Any = None) -> Dict[str, GpuHealth]:
+    """The NVIDIA GPUs at `addresses`: NVML (`nvml`, else nvidia-ml-py's `pynvml` if it
+    imports), else nvidia-smi, else each GPU says that neither answered."""
+    fixture = os.environ.get(SMI_XML_ENV)
+    why: List[str] = []
+    if not fixture:
+        if nvml is None:
+            try:
+                import pynvml as nvml  # nvidia-ml-py, the optional `nvidia` extra
+            except ImportError:
+                why.append("nvidia-ml-py is not installed (pip install 'rocmcheck[nvidia]')")
+        found = _nvml_within(nvml, NVML_TIMEOUT_S, why) if nvml is not None else None
+        if found is not None:
+            return found
     try:
         if fixture:
             return parse_nvidia_smi(Path(fixture).read_text(encoding="utf-8", errors="replace"))

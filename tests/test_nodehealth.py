@@ -215,6 +215,23 @@ def test_without_nvml_or_nvidia_smi_each_gpu_names_both(monkeypatch):
     assert nodehealth.judge(health, health, 0).status == "skip"
 
 
+def test_a_hung_nvml_is_left_behind_and_nvidia_smi_asked_instead(monkeypatch, tmp_path):
+    import threading
+
+    never = threading.Event()
+    _, nvml = fake_pynvml()
+    nvml.nvmlInit = never.wait  # a GPU that fell off the bus can hang NVML in the gate's own process
+    monkeypatch.setattr(nodehealth, "NVML_TIMEOUT_S", 0.2)
+    monkeypatch.delenv(nodehealth.SMI_XML_ENV, raising=False)
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!{sys.executable}\nprint(open({str(FIXTURES / 'h100.xml')!r}).read())\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    health = nodehealth.read_nvidia(["0000:19:00.0"], nvml)["0000:19:00.0"]
+    assert health.source == "nvidia-smi -q -x" and health.ue["dram_uncorrectable"] == 0
+    never.set()
+
+
 # --- the gate ----------------------------------------------------------------------------------
 
 
