@@ -353,7 +353,8 @@ class Runner:
     def with_baselines(self, variants: List[Variant]) -> List[Variant]:
         """Read each selected probe's baseline now, before the first probe, and move those probes
         last, so they compare the counters from before the run with after it."""
-        for spec in {v.spec.id: v.spec for v in variants if v.spec.baseline}.values():
+        on_gpu = any(d.kind == "gpu" for d in self.devices)  # on the CPU such probes skip: read nothing
+        for spec in {v.spec.id: v.spec for v in variants if v.spec.baseline and on_gpu}.values():
             self.baselines[spec.id] = spec.baseline()
         return sorted(variants, key=lambda v: v.spec.baseline is not None)  # stable: the others keep their order
 
