@@ -273,6 +273,7 @@ def test_gate_on_two_gpus_reads_counters_before_and_after_in_the_parent_and_drai
     health = {v["device"]["name"]: v for v in report["verdicts"] if v["probe"] == "node-health"}
     # read before zz-bump ran (the baseline) and after it (node-health runs last on each GPU, whatever its name)
     assert health["cuda:0"]["status"] == "warn" and "umc 3 -> 9 (+6)" in health["cuda:0"]["message"]
+    assert health["cuda:1"]["measurements"]["pcie_replays"] == 0 and "pending retirement" in health["cuda:1"]["message"]
     (warned,) = verdict["warnings"]  # the node verdict lists what to watch too
     assert warned["check"] == "node-health" and warned["device"]["name"] == "cuda:0" and "+6" in warned["message"]
     assert all("runtime_init_s" not in v["measurements"] for v in health.values())  # no child, no GPU runtime
