@@ -125,11 +125,14 @@ def parse_bad_pages(text: str) -> Optional[Dict[str, int]]:
     return pages
 
 
-def _number(health: GpuHealth, path: Path, scale: float = 1.0) -> Optional[float]:
+def _number(health: GpuHealth, path: Path, scale: float = 1.0, sensor: bool = False) -> Optional[float]:
+    """The number in `path`, divided by `scale`. A counter that cannot be read is `unreadable`
+    (a warning); a hwmon sensor that cannot (amdgpu answers EINVAL or ENODATA where the
+    firmware does not report it) is only not exposed."""
     text, why = _text(path)
     if text is None:
         if why != "missing":
-            health.unreadable.append(f"{path}: {why}")
+            (health.not_exposed if sensor else health.unreadable).append(f"{path}: {why}")
         return None
     try:
         return int(text.strip()) / scale
@@ -174,15 +177,16 @@ def _read_hwmon(health: GpuHealth, device: Path) -> None:
     hwmon = folders[0]
     for path in sorted(hwmon.glob("temp*_input")):
         name = path.name[:-len("_input")]
-        celsius = _number(health, path, 1000.0)
+        celsius = _number(health, path, 1000.0, sensor=True)
         if celsius is None:
             continue
         label, _ = _text(hwmon / f"{name}_label")
         health.temperatures.append({"sensor": (label or name).strip(), "celsius": celsius,
-                                    "critical": _number(health, hwmon / f"{name}_crit", 1000.0)})
-    power = next((p for p in (hwmon / "power1_average", hwmon / "power1_input") if p.exists()), None)
-    health.power_w = _number(health, power, 1e6) if power else None
-    health.power_cap_w = _number(health, hwmon / "power1_cap", 1e6)
+                                    "critical": _number(health, hwmon / f"{name}_crit", 1000.0, sensor=True)})
+    watts = [_number(health, p, 1e6, sensor=True) for p in (hwmon / "power1_average", hwmon / "power1_input")
+             if p.exists()]  # newer parts (MI300) report power1_input only
+    health.power_w = next((w for w in watts if w is not None), None)
+    health.power_cap_w = _number(health, hwmon / "power1_cap", 1e6, sensor=True)
 
 
 def read_amd(device: Path) -> GpuHealth:

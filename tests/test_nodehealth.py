@@ -99,7 +99,7 @@ def test_thermal_or_power_throttling_at_idle_warns(tmp_path, file, text, words):
     ("ras/umc_err_count", "Query currently inaccessible\n", "umc_err_count: 'Query currently inaccessible'"),
     ("ras/gpu_vram_bad_pages", "\x00\x01garbage\n", "gpu_vram_bad_pages: not in the pfn : size : flag format"),
     ("pcie_replay_count", "lots\n", "pcie_replay_count: not a number ('lots')"),
-    ("hwmon/hwmon2/temp2_input", "", "temp2_input: not a number ('')"),
+    ("hwmon/hwmon2/temp2_input", "", "temp2_input: not a number ('')"),  # garbage, not a sensor the driver hides
 ])
 def test_a_garbage_counter_file_is_named_never_raised(tmp_path, file, text, words):
     root = tree(tmp_path, {"0000:0c:00.0": "mi300x"})
@@ -108,13 +108,17 @@ def test_a_garbage_counter_file_is_named_never_raised(tmp_path, file, text, word
     assert finding.status == "warn" and "cannot read" in finding.message and words in finding.message
 
 
-def test_an_unreadable_counter_file_is_named(tmp_path):
+def test_an_unreadable_counter_warns_and_an_unreadable_sensor_is_only_not_exposed(tmp_path):
     root = tree(tmp_path, {"0000:0c:00.0": "mi300x"})
-    path = device(root, "0000:0c:00.0") / "ras/umc_err_count"
-    path.unlink()
-    path.mkdir()  # reading a folder fails with an OSError whoever runs the suite (root included)
+    counter, sensor = (device(root, "0000:0c:00.0") / f for f in ("ras/umc_err_count", "hwmon/hwmon2/temp3_input"))
+    for path in (counter, sensor):
+        path.unlink()
+        path.mkdir()  # reading a folder fails with an OSError whoever runs the suite (root included)
     health = nodehealth.snapshot(root)["0000:0c:00.0"]
-    assert any(u.startswith(f"{path}: ") for u in health.unreadable) and "umc" not in health.ce
+    assert any(u.startswith(f"{counter}: ") for u in health.unreadable) and "umc" not in health.ce
+    assert any(n.startswith(f"{sensor}: ") for n in health.not_exposed)  # amdgpu answers EINVAL for some sensors
+    assert not any(str(sensor) in u for u in health.unreadable) and len(health.temperatures) == 1
+    assert nodehealth.judge(None, health, 0).status == "warn"  # for the counter only
 
 
 def test_a_host_without_the_tree_has_no_gpus(tmp_path):
