@@ -14,7 +14,8 @@ AMD, under the GPU's PCI function (`/sys/bus/pci/devices/<address>`, which
 - `ras/gpu_vram_bad_pages`: one `pfn : size : flag` line per bad page, flag R (retired),
   P (pending retirement) or F (could not be retired);
 - `ras/features`: `feature mask: 0x...`, the blocks RAS is enabled on;
-- `pcie_replay_count`; `hwmon/hwmon*/temp*_input` against `temp*_crit` (millidegrees C),
+- `pcie_replay_count` (a stub that reads 0 on Navi/RDNA cards, so a rise shows on Instinct
+  parts only); `hwmon/hwmon*/temp*_input` against `temp*_crit` (millidegrees C),
   `power1_average` (or `power1_input`) against `power1_cap` (microwatts).
 A consumer card has no `ras/` folder: its error counters are not exposed, and the verdict says so.
 
