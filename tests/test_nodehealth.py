@@ -239,6 +239,14 @@ def test_a_hung_nvml_is_left_behind_and_nvidia_smi_asked_instead(monkeypatch, tm
 # --- the gate ----------------------------------------------------------------------------------
 
 
+def test_no_torch_reproducer_is_made_for_the_driver_counters():
+    from rocmcheck import registry, repro
+
+    spec = registry.load_all()["node-health"]
+    with pytest.raises(repro.ReproError, match="reads the driver's files, not torch: `rocmcheck env`"):
+        repro.build(spec, {"variant": "node-health", "status": "fail"}, {"run": {"device": "cuda:0"}}, "m")
+
+
 def test_the_node_verdict_carries_the_probes_own_action():
     report = {"run": {"device": "cuda:1"}, "verdicts": [
         {"probe": "node-health", "variant": "node-health", "status": "fail", "message": "m", "device": "cuda:1",
