@@ -58,6 +58,7 @@ class ProbeContext:
     device_facts: Dict[str, Any] = field(default_factory=dict)
     expect_gpus: Optional[int] = None  # the GPU count a node must show (`--expect-gpus`)
     started_path: Optional[str] = None  # the watchdog's start marker (None outside a child)
+    baseline: Any = None  # what the probe's `baseline()` read before the run's first probe (host_only probes)
     started: float = field(default_factory=time.time)  # wall clock when the task started: deadlines run from here
 
     @property

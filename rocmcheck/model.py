@@ -152,6 +152,11 @@ class ProbeSpec:
     env: Optional[Callable[[Mapping[str, Any]], Mapping[str, str]]] = field(default=None, compare=False)
     preload: Tuple[str, ...] = ()  # modules worth importing once in the zygote (e.g. torch._dynamo)
     per_device: bool = True  # run once on every GPU under test; False: once per node (own device set)
+    # reads host files only: runs in the parent, without a child or a GPU runtime (node-health)
+    host_only: bool = False
+    # read once in the parent before the run's first probe; the probe gets it as `ctx.baseline`
+    # and runs after every other probe of its device, so it can compare before with after
+    baseline: Optional[Callable[[], Any]] = field(default=None, compare=False)
 
     def expand(self) -> List["Variant"]:
         return [Variant(self, dict(p)) for p in self.variants]

@@ -12,7 +12,6 @@ import time
 from typing import Any, Dict, List, Optional
 
 from .model import ExitCode, Status, is_bad, node_status
-from .runner import GPU_VISIBLE
 
 SCHEMA = "rocmcheck-node-verdict"
 SCHEMA_VERSION = "1.0"
@@ -25,7 +24,7 @@ def action(verdict: Dict[str, Any], on_gpu: bool) -> str:
     if workaround:
         return f"apply the known workaround ({issues[0].get('id')}): {workaround}"
     measured = (verdict.get("measurements") or {}).get("action")
-    if verdict.get("probe") == GPU_VISIBLE and measured:
+    if measured:  # the probe knows the step: gpu-visible's install command, node-health's "drain; reset or replace"
         return str(measured)
     if Status(verdict["status"]) in (Status.CRASH, Status.HANG) and on_gpu:
         return "drain the node and reset the GPU: a GPU that crashes or hangs a probe takes the next job down too"
@@ -44,9 +43,13 @@ def verdict(report: Dict[str, Any], exit_code: int, files: Optional[Dict[str, st
             failing.append({"check": v["variant"], "status": v["status"], "message": v.get("message", ""),
                             "device": v.get("device") or run.get("device"), "action": action(v, on_gpu),
                             "known_issues": [i.get("id") for i in v.get("known_issues") or []]})
+    # a GO node can still be one to watch (correctable errors rising, a GPU throttled at idle)
+    warnings = [{"check": v["variant"], "message": v.get("message", ""), "device": v.get("device") or run.get("device")}
+                for v in report.get("verdicts") or [] if v["status"] == Status.WARN.value]
     device = (report.get("fingerprint") or {}).get("device") or {}
     return {**_head(exit_code), "device": run.get("device"), "backend": device.get("backend"),
             "gpus_seen": device.get("count"), "counts": run.get("counts") or {}, "failing": failing,
+            "warnings": warnings,
             "notes": run.get("notes") or [], "partial": bool(run.get("partial")), "reports": files or {}}
 
 

@@ -37,6 +37,8 @@ def probe(
     env: Optional[Callable[[Mapping[str, Any]], Mapping[str, str]]] = None,
     preload: Sequence[str] = (),
     per_device: bool = True,
+    host_only: bool = False,
+    baseline: Optional[Callable[[], Any]] = None,
 ) -> Callable[[ProbeFn], ProbeFn]:
     """Register `func(ctx, **params)` as a probe.
 
@@ -50,6 +52,9 @@ def probe(
     that every child would otherwise pay for, like `torch._dynamo` before an optimizer step).
     `per_device=False` runs the probe once per node instead of once on every GPU under test
     (host checks, and multi-GPU probes that choose their own devices).
+    `host_only=True` marks a probe that only reads host files: it runs in the parent, with no
+    child and no GPU runtime. `baseline()` is read once before the run's first probe and handed
+    to the probe as `ctx.baseline`; such a probe runs last on its device (counters before/after).
     """
     if not _ID_RE.match(id):
         raise ValueError(f"probe id {id!r} must match {_ID_RE.pattern}")
@@ -60,7 +65,7 @@ def probe(
             id=id, title=title, targets=targets, func=func, module=func.__module__,
             links=tuple(links), timeout=float(timeout), gate=gate, requires=req,
             variants=expand_variants(variants), fresh_interpreter=fresh_interpreter, env=env,
-            preload=tuple(preload), per_device=per_device,
+            preload=tuple(preload), per_device=per_device, host_only=host_only, baseline=baseline,
         )
         existing = _REGISTRY.get(id)
         if existing is not None and existing.module != spec.module:

@@ -310,6 +310,9 @@ def _docstring(verdict: Mapping[str, Any], report: Mapping[str, Any], machine: s
 
 def build(spec: ProbeSpec, verdict: Mapping[str, Any], report: Mapping[str, Any], machine: str) -> Reproducer:
     """The reproducer for one (failing) verdict of `spec`'s probe; ReproError when impossible."""
+    if spec.host_only:  # a torch script would only initialise the GPU and read the same files again
+        raise ReproError(f"probe '{spec.id}' reads the driver's files, not torch: `rocmcheck env` on the machine "
+                         "shows what it read")
     path = Path(module_file(spec) or "")
     if not path.is_file():
         raise ReproError(f"the source of probe '{spec.id}' is not available")

@@ -30,6 +30,8 @@ from .storage import Journal, SCHEMA, SCHEMA_VERSION, report_json, report_paths,
 from . import watchdog
 from .verdicts import assemble, end_summary, read_result, read_text
 from .watchdog import TEARDOWN_WAIT_S, ChildEnd, supervise
+from .context import ProbeContext
+from .verdicts import outcome
 
 GPU_VISIBLE = "gpu-visible"  # the probe that fails when the host has GPUs that torch cannot use
 FACTS_TIMEOUT_S = 120.0
@@ -115,6 +117,7 @@ class Runner:
         self.journal: Optional[Journal] = None
         self.sections: Dict[str, Any] = {}  # extra report sections (doctor's results), written with the report
         self.current: Optional[str] = None  # what runs now, named in the report if interrupted
+        self.baselines: Dict[str, Any] = {}  # probe id -> what its baseline() read before the first probe
         self._seq = 0
         self._lock = threading.Lock()  # per-device queues share the journal, the launcher and the counters
         self._running: Dict[str, Any] = {}  # device -> (variant id, child) while a child runs there
@@ -312,6 +315,8 @@ class Runner:
             reason = f"skipped: device unusable after {self.wedged[device.name]}"
         if reason:
             return Verdict(spec.id, variant.id, Status.SKIP, dict(variant.params), reason)
+        if spec.host_only:
+            return self._run_in_parent(variant, device)
         timeout = timeout or self.opts.timeout or spec.timeout
         task = self._task(probe=spec.id, params=variant.params, device=device.name,
                           device_requested=self.opts.device, device_facts=self.facts,
@@ -333,6 +338,33 @@ class Runner:
         if verdict.status is Status.HANG and device.kind == "gpu":
             verdict.evidence["device_canary"] = self.device_canary(variant.id, device)
         return verdict
+
+    def _run_in_parent(self, variant: Variant, device: DeviceInfo) -> Verdict:
+        """A probe that only reads host files (node-health): run here, no child, no GPU runtime,
+        with the baseline read before the run's first probe."""
+        spec = variant.spec
+        ctx = ProbeContext(device=device.name, requested_device=self.opts.device, profile=self.opts.profile,
+                           params=dict(variant.params), device_facts=self.facts, expect_gpus=self.opts.expect_gpus,
+                           baseline=self.baselines.get(spec.id))
+        start, ended = time.perf_counter(), None
+        try:
+            returned = spec.func(ctx, **ctx.params)
+            ctx.measurements.update(returned if isinstance(returned, dict) else {})
+        except Exception as exc:  # noqa: BLE001 - every exception is a verdict, as in a child
+            ended = exc
+            ctx.measurements.update(getattr(exc, "measurements", {}) if isinstance(exc, AssertionError) else {})
+        result = outcome(ended, ctx.warnings)
+        return Verdict(spec.id, variant.id, Status(result["status"]), dict(variant.params), clean(result["message"]),
+                       round(time.perf_counter() - start, 4), clean_tree(ctx.measurements),
+                       clean_tree({"traceback": result["exception"]["traceback"]} if "exception" in result else {}))
+
+    def with_baselines(self, variants: List[Variant]) -> List[Variant]:
+        """Read each selected probe's baseline now, before the first probe, and move those probes
+        last, so they compare the counters from before the run with after it."""
+        on_gpu = any(d.kind == "gpu" for d in self.devices)  # on the CPU such probes skip: read nothing
+        for spec in {v.spec.id: v.spec for v in variants if v.spec.baseline and on_gpu}.values():
+            self.baselines[spec.id] = spec.baseline()
+        return sorted(variants, key=lambda v: v.spec.baseline is not None)  # stable: the others keep their order
 
     def device_canary(self, after: str, device: DeviceInfo) -> Dict[str, Any]:
         """After a hang on the GPU: does a tiny kernel in a fresh child still run? If not, the
@@ -448,7 +480,7 @@ class Runner:
         interrupted: Optional[str] = None
         try:
             self.start()
-            self.run_queues(self.with_gpu_check(variants))
+            self.run_queues(self.with_baselines(self.with_gpu_check(variants)))
             if after is not None:
                 after()
         except (KeyboardInterrupt, Interrupted) as exc:

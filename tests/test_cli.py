@@ -90,15 +90,20 @@ def test_gate_fails_when_a_fault_is_injected(tmp_path):
 
 
 def test_env_reports_torch_and_host_facts(tmp_path):
-    out = cli("env", "--json", env={**__import__("os").environ, "HSA_OVERRIDE_GFX_VERSION": "11.0.0",
+    mi250x = Path(__file__).parent / "fixtures" / "nodehealth" / "mi250x"  # a card with a page pending retirement
+    host = {**__import__("os").environ, "ROCMCHECK_HOST_ROOT": str(mi250x)}
+    out = cli("env", "--json", env={**host, "HSA_OVERRIDE_GFX_VERSION": "11.0.0",
                                     "HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyzabcdefgh"})
     assert out.returncode == 0, out.stderr
     fp = json.loads(out.stdout)
     assert fp["device_facts"]["torch"].startswith("2.")
     assert fp["host"]["env"]["HSA_OVERRIDE_GFX_VERSION"] == "11.0.0"
+    assert fp["node_health"]["0000:c1:00.0"]["pages"] == {"retired": 1, "pending": 1, "failed": 0}
     assert "HF_TOKEN" not in out.stdout
-    text = cli("env")
+    text = cli("env", env=host)
     assert "torch" in text.stdout and "Python" in text.stdout
+    assert "health 0000:c1:00.0  amdgpu sysfs; uncorrectable 0; correctable 0; bad pages 1 retired, 1 pending, " \
+           "0 failed; PCIe replays 0; junction 41 C (critical 110)" in text.stdout
 
 
 def test_runs_from_any_directory(tmp_path):

@@ -17,16 +17,22 @@ def register(sub: Any) -> None:
 
 def cmd_env(args: argparse.Namespace) -> int:
     from ..fingerprint import summary
+    from ..nodehealth import describe, snapshot
     from ..runner import RunOptions
     from ..session import run_variants
 
     report = run_variants(RunOptions(device=args.device, write_files=False, command="env", needs_torch=False), [])
     fp = report["fingerprint"]
+    health = snapshot()  # the GPUs' own counters (node-health), read from the driver
     if args.json:
-        print(json.dumps(fp, indent=2, default=str))
+        print(json.dumps({**fp, "node_health": {a: h.to_dict() for a, h in health.items()}}, indent=2, default=str))
         return ExitCode.OK
     print(summary(fp))
     print(_env_text(fp))
+    if health:
+        from tabulate import tabulate
+
+        print(tabulate([[f"health {a}", describe(h)] for a, h in health.items()], tablefmt="plain"))
     return ExitCode.OK
 
 
