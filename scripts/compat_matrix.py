@@ -109,10 +109,11 @@ def gate_word(gate: dict) -> str:
 def render(rows: List[dict]) -> str:
     """One table of versions and counts, then every verdict that is neither pass nor skip, then the skips."""
     lines = [f"rocmcheck compatibility matrix, {datetime.date.today()} (CPU, `--device cpu`, PyPI builds of torch)", ""]
-    lines.append(tabulate([(r["torch"], gate_word(r["gate"]), counts(r["gate"]["verdicts"]), counts(r["run"]["verdicts"]))
-                           for r in rows], headers=("torch", "gate", "gate verdicts", "full run"), tablefmt="github"))
-    notable = [(r["torch"], cmd, v["variant"], v["status"], v["message"][:160])
-               for r in rows for cmd in ("gate", "run") for v in r[cmd]["verdicts"] if v["status"] not in ("pass", "skip")]
+    summary = [(r["torch"], gate_word(r["gate"]), counts(r["gate"]["verdicts"]), counts(r["run"]["verdicts"]))
+               for r in rows]
+    lines.append(tabulate(summary, headers=("torch", "gate", "gate verdicts", "full run"), tablefmt="github"))
+    notable = [(r["torch"], cmd, v["variant"], v["status"], v["message"][:160]) for r in rows
+               for cmd in ("gate", "run") for v in r[cmd]["verdicts"] if v["status"] not in ("pass", "skip")]
     notable += [(r["torch"], cmd, "(no report)", f"exit {r[cmd]['exit']}", r[cmd]["tail"][-160:])
                 for r in rows for cmd in ("gate", "run") if not r[cmd]["verdicts"]]
     lines += ["", "Verdicts other than pass and skip:", ""]

@@ -76,9 +76,9 @@ def versioned(name: str, names: Dict[str, dict]) -> str:
 
 def main(argv: List[str]) -> int:
     sys.path.insert(0, str(ROOT))
-    from rocmcheck import torchapi
-
     import torch
+
+    from rocmcheck import torchapi
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--record", action="store_true", help="write in_oldest (run under the oldest supported torch)")
@@ -87,7 +87,8 @@ def main(argv: List[str]) -> int:
     absent = {n: p for n, p in used.items() if not torchapi.lookup(n)[0]}
     unguarded = {n: p for n, p in absent.items() if not versioned(n, data["names"])}
     for name, places in sorted(absent.items()):
-        print(f"{'UNGUARDED ' if name in unguarded else ''}torch {torch.__version__} lacks {name}: {', '.join(places[:3])}")
+        flag = "UNGUARDED " if name in unguarded else ""
+        print(f"{flag}torch {torch.__version__} lacks {name}: {', '.join(places[:3])}")
     if args.record:
         if torchapi.version_tuple(torch.__version__) != torchapi.version_tuple(data["oldest_supported"]):
             print(f"--record runs under torch {data['oldest_supported']}.x, not {torch.__version__}", file=sys.stderr)
