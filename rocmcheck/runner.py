@@ -430,6 +430,7 @@ class Runner:
     def finish(self, interrupted: Optional[str] = None) -> Dict[str, Any]:
         """End the run: stop the launcher, close the journal, write and return the report."""
         self.close_launcher()
+        shutil.rmtree(self.tmp, ignore_errors=True)  # task and result files; on /dev/shm they hold memory
         report = self.report(partial=interrupted is not None, interrupted=interrupted)
         self._journal({"record": "end", "run": report["run"]})
         if self.journal:
@@ -535,20 +536,13 @@ def interrupts_deferred() -> Iterator[None]:
 
 
 def scratch_dir() -> Path:
-    """A private folder for the children's task and result files: the temporary folder, else
-    /dev/shm (a read-only root file system or a full disk must not stop the probes)."""
-    problem = None
-    for parent in (None, "/dev/shm"):
+    """A private folder for the children's task and result files: the temporary folder (Python
+    tries TMPDIR, /tmp, /var/tmp and the working folder, each by writing a file), else /dev/shm:
+    a read-only root file system or a full disk must not stop the probes."""
+    try:
+        return Path(tempfile.mkdtemp(prefix="rocmcheck-"))
+    except OSError as exc:  # FileNotFoundError: "No usable temporary directory found"
         try:
-            folder = Path(tempfile.mkdtemp(prefix="rocmcheck-", dir=parent))
-        except OSError as exc:
-            problem = exc
-            continue
-        try:
-            (folder / "probe").write_bytes(b"x")  # a full disk still makes folders, not files
-            (folder / "probe").unlink()
-            return folder
-        except OSError as exc:
-            problem = exc
-            shutil.rmtree(folder, ignore_errors=True)
-    raise UsageError(f"no writable temporary folder for the probes' files ({problem}); set TMPDIR")
+            return Path(tempfile.mkdtemp(prefix="rocmcheck-", dir="/dev/shm"))
+        except OSError:
+            raise UsageError(f"no writable temporary folder for the probes' files ({exc}); set TMPDIR") from None

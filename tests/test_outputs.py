@@ -52,29 +52,34 @@ def unshare_works(*flags: str) -> bool:
 needs_mount = pytest.mark.skipif(not unshare_works("-rm"), reason="no private mount namespace (unshare -rm)")
 
 
-def on_tmpfs(folder: Path, options: str, args, keep: Path = None, **kwargs) -> subprocess.CompletedProcess:
-    """Run rocmcheck with `folder` as its working folder, a fresh tmpfs mounted with `options`
-    there in a private mount namespace; what it wrote to reports/ is copied to `keep`."""
-    script = ('mount -t tmpfs -o "$1" tmpfs "$0" && cd "$0" || exit 99; shift 2; "$@"; rc=$?; '
-              '[ -n "$KEEP" ] && cp -r reports "$KEEP" 2>/dev/null; exit $rc')
-    env = {**os.environ, "KEEP": str(keep or ""), **kwargs.pop("env", {})}
-    return subprocess.run(["unshare", "-rm", "sh", "-c", script, str(folder), options, "--", *ROCMCHECK, *args],
-                          capture_output=True, text=True, timeout=120, env=env, **kwargs)
+def in_mount_namespace(setup: str, args, **env: str) -> subprocess.CompletedProcess:
+    """Run rocmcheck after the shell commands `setup` in a private mount namespace: its mounts
+    are seen by rocmcheck alone and go away with it."""
+    script = f'{setup} || exit 99; "$@"; rc=$?; [ -z "$KEEP" ] || cp -r reports "$KEEP" 2>/dev/null; exit $rc'
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script, "--", *ROCMCHECK, *args], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "KEEP": "", "TMPDIR": "/tmp", **env})
 
 
 # --- the verdict does not depend on writing the report -----------------------------------
 
 
 @needs_mount
-def test_gate_decides_in_a_read_only_folder(tmp_path):
-    """Kubernetes' readOnlyRootFilesystem: the working folder and the temporary folder are read-only."""
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    out = on_tmpfs(folder, "ro,size=64k", [*GATE, "--require", "fake-pass"], env={"TMPDIR": str(folder)})
+@pytest.mark.parametrize("setup,why", [
+    ("mount -t tmpfs -o ro,size=64k tmpfs /tmp && mount -t tmpfs -o ro,size=64k tmpfs /var/tmp",
+     "Read-only file system"),
+    ("mount -t tmpfs -o size=64k tmpfs /tmp && mount --bind /tmp /var/tmp && { cat /dev/zero > /tmp/fill 2>/dev/null; "
+     "true; }", "No space left on device"),
+], ids=["read-only", "full"])
+def test_gate_decides_in_a_read_only_folder_or_on_a_full_disk(setup, why):
+    """Kubernetes' readOnlyRootFilesystem, or a full disk: the working folder and every temporary
+    folder (the probes' scratch files then go to /dev/shm)."""
+    shm = set(Path("/dev/shm").glob("rocmcheck-*"))
+    out = in_mount_namespace(f"{setup} && cd /tmp", [*GATE, "--require", "fake-pass"])
+    assert set(Path("/dev/shm").glob("rocmcheck-*")) == shm  # the scratch folder went with the run
     assert out.returncode == 0, out.stderr
     assert "GO — 1 pass" in out.stdout
     said = [line for line in (out.stdout + out.stderr).splitlines() if "could not write" in line]
-    assert len(said) == 1 and "Read-only file system" in said[0], out.stdout + out.stderr
+    assert len(said) == 1 and why in said[0], out.stdout + out.stderr
     assert clean(out.stderr), out.stderr
 
 
@@ -85,7 +90,8 @@ def test_gate_decides_when_the_disk_fills_mid_run(tmp_path):
     folder, kept = tmp_path / "disk", tmp_path / "kept"
     folder.mkdir()
     args = [*GATE, "--require", "fake-pass", "--require", "outputs-fill-disk", "--require", "fake-fail", "--json", "-"]
-    out = on_tmpfs(folder, "size=512k", args, keep=kept, env={"ROCMCHECK_TEST_FILL": str(folder)})
+    out = in_mount_namespace(f"mount -t tmpfs -o size=512k tmpfs {folder} && cd {folder}", args, KEEP=str(kept),
+                             ROCMCHECK_TEST_FILL=str(folder))
     assert out.returncode == 1, out.stderr
     node = json.loads(out.stdout)
     assert node["status"] == "NO-GO" and [f["check"] for f in node["failing"]] == ["fake-fail"]
@@ -117,6 +123,13 @@ def ours(proc: subprocess.Popen) -> list:
         return []
 
 
+def cmdline(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:  # ended in the meantime
+        return ""
+
+
 def test_sigterm_during_the_gate_is_unknown_never_no_go(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen([*ROCMCHECK, *GATE, "--require", "fake-pass", "--require", "fake-sleep",
@@ -145,7 +158,7 @@ def test_sigterm_while_the_isolation_server_starts_leaves_no_process(tmp_path):
     server = []
 
     def server_started() -> bool:
-        server.extend(p for p in ours(proc) if "rocmcheck.zygote" in " ".join(p.cmdline()))
+        server.extend(p for p in ours(proc) if "rocmcheck.zygote" in cmdline(p))
         return bool(server)
 
     wait_for(server_started, proc, "the isolation server never started")
