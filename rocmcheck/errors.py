@@ -6,9 +6,11 @@
     └── GateFailed        rocmcheck.gate() found NO-GO
     ProbeFailure (AssertionError)  a probe's result was wrong -> verdict `fail`
     Skip (Exception)               a probe does not apply here -> verdict `skip`
+    Interrupted (BaseException)    SIGTERM: ends a run like Ctrl-C (never a verdict)
 """
 from __future__ import annotations
 
+import signal
 from typing import Any, List
 
 
@@ -43,3 +45,12 @@ class ProbeFailure(AssertionError):
 
 class Skip(Exception):
     """Raise from a probe (or call `ctx.skip`) when it does not apply on this machine."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM received: the run ends like Ctrl-C, with a partial report and no verdict."""
+
+
+def raise_interrupted(signum: int, frame: Any) -> None:
+    """The SIGTERM handler: a scheduler's timeout becomes an exception the run can end on."""
+    raise Interrupted(signal.Signals(signum).name)

@@ -47,10 +47,13 @@ def verdict(report: Dict[str, Any], exit_code: int, files: Optional[Dict[str, st
     warnings = [{"check": v["variant"], "message": v.get("message", ""), "device": v.get("device") or run.get("device")}
                 for v in report.get("verdicts") or [] if v["status"] == Status.WARN.value]
     device = (report.get("fingerprint") or {}).get("device") or {}
-    return {**_head(exit_code), "device": run.get("device"), "backend": device.get("backend"),
+    interrupted = {"error": f"interrupted during {run.get('interrupted')}"} if run.get("partial") else {}
+    unwritten = {"unwritten": run["unwritten"]} if run.get("unwritten") else {}
+    return {**_head(exit_code), **interrupted, "device": run.get("device"), "backend": device.get("backend"),
             "gpus_seen": device.get("count"), "counts": run.get("counts") or {}, "failing": failing,
             "warnings": warnings,
-            "notes": run.get("notes") or [], "partial": bool(run.get("partial")), "reports": files or {}}
+            "notes": run.get("notes") or [], "partial": bool(run.get("partial")), "reports": files or {},
+            **unwritten}
 
 
 def unknown(error: str) -> Dict[str, Any]:

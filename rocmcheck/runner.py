@@ -7,9 +7,11 @@ with a partial report that names the interrupted probe.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -17,16 +19,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry, torchapi
-from .errors import TorchMissing, UsageError
+from .errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from .launch import ChildProcess, IsolationServerDied, SpawnLauncher
 from .model import DeviceInfo, Status, Variant, Verdict
 from .options import ISOLATIONS
 from .registry import module_file
 from .safetext import clean, clean_tree
-from .storage import Journal, SCHEMA, SCHEMA_VERSION, report_json, report_paths, write_atomic
+from .storage import Journal, SCHEMA, SCHEMA_VERSION, new_run_id, report_json, report_paths, write_atomic
 from . import watchdog
 from .verdicts import assemble, end_summary, read_result, read_text
 from .watchdog import TEARDOWN_WAIT_S, ChildEnd, supervise
@@ -82,14 +84,6 @@ class RunOptions:
     expect_gpus: Optional[int] = None  # fewer GPUs seen fails gpu-visible (a fleet's node check)
 
 
-class Interrupted(BaseException):
-    """SIGTERM received: end like Ctrl-C."""
-
-
-def _raise_interrupted(signum: int, frame: Any) -> None:
-    raise Interrupted(signal.Signals(signum).name)
-
-
 class Runner:
     """One run: a launcher, a journal, the device facts and the verdicts so far."""
 
@@ -103,8 +97,8 @@ class Runner:
         faults.parse(options.inject)  # a bad fault spec is a usage error before any child starts
         if options.isolation not in ISOLATIONS:
             raise UsageError(f"--isolation must be one of {', '.join(ISOLATIONS)}, not '{options.isolation}'")
-        self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
-        self.tmp = Path(tempfile.mkdtemp(prefix="rocmcheck-"))
+        self.run_id = new_run_id()
+        self.tmp = scratch_dir()
         self.notes: List[str] = []
         self.verdicts: List[Verdict] = []
         self.isolation = options.isolation
@@ -115,6 +109,7 @@ class Runner:
         self.wedged: Dict[str, str] = {}  # device -> the variant after which its canary failed
         self.gpu_problem: Optional[str] = None  # the host has GPUs that this torch cannot use
         self.journal: Optional[Journal] = None
+        self.unwritten: Dict[str, str] = {}  # file kind (jsonl, json, md) -> "path: why" it could not be written
         self.sections: Dict[str, Any] = {}  # extra report sections (doctor's results), written with the report
         self.current: Optional[str] = None  # what runs now, named in the report if interrupted
         self.baselines: Dict[str, Any] = {}  # probe id -> what its baseline() read before the first probe
@@ -128,10 +123,17 @@ class Runner:
     def paths(self) -> Dict[str, Path]:
         return report_paths(self.opts.out_dir, self.run_id, self.opts.json_path, self.opts.md_path)
 
-    def note(self, text: str) -> None:
+    def note(self, text: str, say: bool = True) -> None:
         text = clean(text)
         self.notes.append(text)
-        self.on_note(text)
+        if say:
+            self.on_note(text)
+
+    def _cannot_write(self, kind: str, path: Path, exc: OSError) -> str:
+        """Remember a file that could not be written (a read-only folder, a full disk): the
+        verdicts stand without it, and the caller says so in one line."""
+        why = self.unwritten[kind] = f"{path}: {exc.strerror or exc}"
+        return why
 
     # --- launching ---------------------------------------------------------------------
 
@@ -140,10 +142,10 @@ class Runner:
         if self.isolation == "zygote":
             from .zygote import ZygoteLauncher
 
-            zygote = ZygoteLauncher(paths, self.opts.preload)
+            with interrupts_deferred():  # once started, the server is ours to close, whenever SIGTERM comes
+                self.launcher = zygote = ZygoteLauncher(paths, self.opts.preload)
             info = zygote.wait_ready()
             if info.get("ok"):
-                self.launcher = zygote
                 return
             zygote.close()
             self.isolation = "spawn"
@@ -394,9 +396,14 @@ class Runner:
         self._start_launcher()
         self.resolve_device()
         if self.opts.write_files:
-            self.journal = Journal(self.paths()["jsonl"])
-            self.journal.append({"record": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
-                                 **self._header()})
+            path = self.paths()["jsonl"]
+            try:
+                self.journal = Journal(path)
+            except OSError as exc:
+                why = self._cannot_write("jsonl", path, exc)
+                self.note(f"no journal ({why}): the verdicts are kept for the report", say=False)
+            self._journal({"record": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+                           **self._header()})
 
     def run_one(self, variant: Variant, device: Optional[DeviceInfo] = None) -> Verdict:
         """Run one variant after `start()`: journal, verdict, known issues, callback."""
@@ -464,19 +471,22 @@ class Runner:
     def finish(self, interrupted: Optional[str] = None) -> Dict[str, Any]:
         """End the run: stop the launcher, close the journal, write and return the report."""
         self.close_launcher()
+        shutil.rmtree(self.tmp, ignore_errors=True)  # task and result files; on /dev/shm they hold memory
         report = self.report(partial=interrupted is not None, interrupted=interrupted)
         self._journal({"record": "end", "run": report["run"]})
         if self.journal:
             self.journal.close()
         if self.opts.write_files:
             self.write(report)
+        if self.unwritten:
+            report["run"]["unwritten"] = dict(self.unwritten)
         return report
 
     def run(self, variants: List[Variant], after: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
         """Run `variants`, then `after()` (more children under the same run, e.g. doctor's
         attempts); returns the report (also written to disk unless write_files is off)."""
         in_main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main else None
+        previous = signal.signal(signal.SIGTERM, raise_interrupted) if in_main else None
         interrupted: Optional[str] = None
         try:
             self.start()
@@ -498,8 +508,20 @@ class Runner:
         return self.fingerprint()
 
     def _journal(self, record: Dict[str, Any]) -> None:
-        if self.journal:
+        """Best effort: a journal write that fails (the disk filled) stops the journal, never the run."""
+        if not self.journal:
+            return
+        try:
             self.journal.append(record)
+        except OSError as exc:
+            journal, self.journal = self.journal, None
+            why = self._cannot_write("jsonl", journal.path, exc)
+            try:
+                journal.close()
+            except OSError:
+                pass
+            where = record.get("variant") or f"its {record.get('record')} record"
+            self.note(f"the journal stopped at {where} ({why}): the verdicts are kept for the report", say=False)
 
     def _header(self) -> Dict[str, Any]:
         return {"tool": {"name": "rocmcheck", "version": __version__}, "run": self._run_info(),
@@ -523,7 +545,45 @@ class Runner:
                 **self.sections}
 
     def write(self, report: Dict[str, Any]) -> None:
+        """Write the JSON and Markdown: the run's own names never replace a file, a path the user
+        named (--json, --md) is replaced. A file that cannot be written is noted, not raised."""
         paths = self.paths()
-        write_atomic(paths["json"], report_json(report))
-        if self.markdown is not None:
-            write_atomic(paths["md"], self.markdown(report))
+        files = [("json", self.opts.json_path, report_json)] + \
+            ([("md", self.opts.md_path, self.markdown)] if self.markdown is not None else [])
+        for kind, named, render in files:
+            try:
+                write_atomic(paths[kind], render(report), replace=named is not None)
+            except OSError as exc:
+                self._cannot_write(kind, paths[kind], exc)
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold SIGTERM and Ctrl-C back while a process of ours starts (until its handle is kept),
+    then deliver them: an interrupt in the middle of Popen would orphan the new process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: List[int] = []
+    wanted = (signal.SIGTERM, signal.SIGINT)
+    previous = {signum: signal.signal(signum, lambda signum, frame: pending.append(signum)) for signum in wanted}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if pending:
+            signal.raise_signal(pending[0])
+
+
+def scratch_dir() -> Path:
+    """A private folder for the children's task and result files: the temporary folder (Python
+    tries TMPDIR, /tmp, /var/tmp and the working folder, each by writing a file), else /dev/shm:
+    a read-only root file system or a full disk must not stop the probes."""
+    try:
+        return Path(tempfile.mkdtemp(prefix="rocmcheck-"))
+    except OSError as exc:  # FileNotFoundError: "No usable temporary directory found"
+        try:
+            return Path(tempfile.mkdtemp(prefix="rocmcheck-", dir="/dev/shm"))
+        except OSError:
+            raise UsageError(f"no writable temporary folder for the probes' files ({exc}); set TMPDIR") from None

@@ -2,16 +2,21 @@
 
 Every record reaches disk (flush + fsync) as it happens, with a `started` record
 before each probe so a frozen machine still shows the culprit after a reboot. The
-final report is written to a temporary file and renamed into place. The loader
-accepts a report or a journal, tolerates a truncated last line, and rejects an
-unknown schema major with a one-line error.
+final report is written to a temporary file and published under its name at once.
+A run's own files (named by its run id, which carries host, pid and a random part)
+are created exclusively, so no run can replace or interleave with another's in a
+shared folder. Every file is created 0666 less the umask (0644 under the usual
+022), the journal and the reports alike. The loader accepts a report or a journal,
+tolerates a truncated last line, and rejects an unknown schema major with a
+one-line error.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
-import tempfile
+import secrets
+import socket
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -22,6 +27,14 @@ from .jsonsafe import jsonsafe
 SCHEMA = "rocmcheck-report"
 SCHEMA_VERSION = "1.0"
 SCHEMA_MAJOR = 1
+
+
+def new_run_id() -> str:
+    """Sortable by time, unique across hosts: date-time, host name, pid, a random part.
+    Two containers whose entrypoint is PID 1, started in the same second on different
+    nodes (or on the same one), still get different ids."""
+    host = re.sub(r"[^A-Za-z0-9-]+", "-", socket.gethostname().split(".")[0]).strip("-")[:32] or "host"
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{host}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 def report_paths(out_dir: Path, run_id: str, json_path: Optional[Path] = None,
@@ -37,12 +50,13 @@ def dumps(data: Any) -> str:
 
 
 class Journal:
-    """Append-only JSON Lines file, each record flushed and fsynced."""
+    """Append-only JSON Lines file, each record flushed and fsynced; created exclusively
+    (FileExistsError rather than two runs appending to one file)."""
 
     def __init__(self, path: Path):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(path, "a", encoding="utf-8")
+        self._fh = open(path, "x", encoding="utf-8")
 
     def append(self, record: Dict[str, Any]) -> None:
         record = {"t": round(time.time(), 3), **record}
@@ -54,33 +68,63 @@ class Journal:
         self._fh.close()
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` so that readers see the old file or the whole new one."""
+def write_atomic(path: Path, text: str, replace: bool = True) -> None:
+    """Write `text` to `path` so that readers see the old file (or none) or the whole new one.
+    `replace=False` publishes only if no file has the name (FileExistsError otherwise): a
+    run's own files never replace another run's."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask decides, as for any tool
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        for attempt in range(10):  # Windows: a virus scanner may hold the target briefly
-            try:
-                os.replace(tmp, path)
-                break
-            except PermissionError:
-                if attempt == 9:
-                    raise
-                time.sleep(0.1)
-    except BaseException:
-        if os.path.exists(tmp):
+        if replace:
+            _replace(tmp, path)
+        else:
+            _publish_new(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
             os.unlink(tmp)
-        raise
     if hasattr(os, "O_DIRECTORY"):
         dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+def _replace(tmp: Path, path: Path) -> None:
+    for attempt in range(10):  # Windows: a virus scanner may hold the target briefly
+        try:
+            os.replace(tmp, path)
+            return
+        except PermissionError:
+            if attempt == 9:
+                raise
+            time.sleep(0.1)
+
+
+def _publish_new(tmp: Path, path: Path) -> None:
+    """Give the written file its name unless the name exists: a hard link fails on an existing
+    name (atomic, whole file); where links are not supported, an exclusive create and copy."""
+    try:
+        os.link(tmp, path)
+        return
+    except FileExistsError:
+        raise
+    except OSError:  # a file system without hard links (some FUSE, SMB and FAT mounts)
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as out, open(tmp, "rb") as src:
+            out.write(src.read())
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        os.unlink(path)  # ours, and cut short: no half file under the run's name
+        raise
 
 
 def report_json(report: Dict[str, Any]) -> str:

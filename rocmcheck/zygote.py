@@ -135,12 +135,19 @@ class ZygoteLauncher:
             return self._exits.pop(pid, None)
 
     def close(self) -> None:
-        """Closing our socket end makes the server kill its children and exit."""
+        """Closing our socket end makes the server kill its children and exit. A server still
+        importing torch (an interrupt during start-up) would notice only when the import is
+        done: it has forked nothing yet, so it is killed with its group now."""
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self._sock.close()
+        if self.info is None:
+            try:
+                os.killpg(self._server.pid, signal.SIGKILL)  # its own session: the group is its own
+            except OSError:
+                pass
         try:
             self._server.wait(5)
         except subprocess.TimeoutExpired:

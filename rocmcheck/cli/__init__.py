@@ -1,5 +1,9 @@
 """The `rocmcheck` command: the parser and `main`. `--help`, `list` and `env --help` never import torch.
 
+`main` takes SIGTERM and makes the console safe (`cli.console`) before any command module is
+imported, so a scheduler's early SIGTERM, a closed pipe or an ASCII terminal still gets one line
+and the verdict's exit code.
+
 Each command is a module of this package with `register(sub)`, which adds its parser and sets
 `func=<handler(args) -> exit code>`; the work is done by the feature modules below
 (`rocmcheck.render`, `diff`, `matrix`, `bugreport`, `doctor`). Exit codes: `rocmcheck.model.ExitCode`.
@@ -10,13 +14,15 @@ import argparse
 import importlib
 import json
 import os
+import signal
 import sys
+import threading
 from typing import List, Optional
 
 from .. import __version__
-from ..errors import TorchMissing, UsageError
+from ..errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from ..model import ExitCode
-from ..render import short
+from . import console
 
 COMMAND_MODULES = ("listing", "run", "env", "matrix", "diff", "report", "doctor")  # in `--help` order
 
@@ -40,7 +46,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run one command; the exit code as a plain int (scripts and `sys.exit` see numbers)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, raise_interrupted) if in_main else None
+    restore = console.install()
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    finally:
+        restore()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: List[str]) -> int:
     try:
         args = build_parser().parse_args(argv)
         return int(args.func(args))
@@ -48,13 +65,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _could_not_assess(argv, f"error: {exc}")
     except TorchMissing as exc:
         return _could_not_assess(argv, str(exc))
-    except KeyboardInterrupt:
-        print("rocmcheck: interrupted", file=sys.stderr)
-        return int(ExitCode.INTERRUPTED)
+    except (KeyboardInterrupt, Interrupted) as exc:  # before a run began, or after it ended
+        message = f"interrupted by {exc.args[0] if exc.args else 'Ctrl-C'}"
+        return _could_not_assess(argv, message) if argv[:1] == ["gate"] else _interrupted(message)
     except Exception as exc:  # an internal error is still one line and exit 2 (ROCMCHECK_DEBUG=1: traceback)
         if os.environ.get("ROCMCHECK_DEBUG"):
             raise
+        from ..render import short
+
         return _could_not_assess(argv, f"internal error: {type(exc).__name__}: {short(str(exc), 300)}")
+
+
+def _interrupted(message: str) -> int:
+    print(f"rocmcheck: {message}", file=sys.stderr)
+    return int(ExitCode.INTERRUPTED)
 
 
 def _could_not_assess(argv: List[str], message: str) -> int:

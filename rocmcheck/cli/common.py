@@ -80,8 +80,14 @@ def files(report: Dict[str, Any], opts: Any) -> Dict[str, Path]:
 
 
 def files_line(report: Dict[str, Any], opts: Any) -> str:
+    """One line: the files written, or which could not be and why (the verdict stands without them)."""
     paths = files(report, opts)
-    return f"wrote {paths['json']} and {paths['md']}"
+    unwritten = report["run"].get("unwritten") or {}
+    failed = [unwritten[kind] for kind in ("json", "md") if kind in unwritten]
+    if failed:
+        return f"rocmcheck: could not write the report ({failed[0]}); the verdict above stands"
+    journal = f" (the journal is incomplete: {unwritten['jsonl']})" if "jsonl" in unwritten else ""
+    return f"wrote {paths['json']} and {paths['md']}{journal}"
 
 
 def exit_for(report: Dict[str, Any]) -> int:

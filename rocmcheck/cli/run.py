@@ -49,13 +49,14 @@ def cmd_gate(args: argparse.Namespace) -> int:
     human = sys.stderr if to_stdout(args) else sys.stdout
     report = execute(opts, variants, human)
     code = exit_for(report)
-    code = ExitCode.FAILED if code == ExitCode.INTERRUPTED else code
+    code = ExitCode.USAGE if code == ExitCode.INTERRUPTED else code  # no verdict was reached: UNKNOWN
     print("\n" + gate_screen(report, code), file=human)
     print(files_line(report, opts), file=human)
     if to_stdout(args):
-        paths = files(report, opts)
-        print(json.dumps(node.verdict(report, code, {"json": str(paths["json"]), "md": str(paths["md"])}),
-                         indent=2, default=str), flush=True)
+        unwritten = report["run"].get("unwritten") or {}
+        written = {kind: str(path) for kind, path in files(report, opts).items()
+                   if kind in ("json", "md") and kind not in unwritten}
+        print(json.dumps(node.verdict(report, code, written), indent=2, default=str), flush=True)
     return code
 
 
