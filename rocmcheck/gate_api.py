@@ -24,7 +24,8 @@ def gate(device: str = "auto", require: Iterable[str] = (), timeout: Optional[fl
          expect_gpus: Optional[int] = None) -> List[Verdict]:
     """Run the gate probes in isolated children and return their verdicts on GO.
 
-    Raises `rocmcheck.GateFailed` (with `.verdicts`) on NO-GO. Safe to call after this
+    Raises `rocmcheck.GateFailed` (with `.verdicts`) on NO-GO, and KeyboardInterrupt when the gate was
+    interrupted: no verdict (UNKNOWN), never a NO-GO the node did not earn. Safe to call after this
     process initialised the GPU: children are then spawned fresh, never forked.
     Writes no report files unless `out_dir` is given. `expect_gpus` fails the gate when torch
     sees fewer GPUs (a node in a fleet whose GPU count is known).
@@ -42,8 +43,10 @@ def gate(device: str = "auto", require: Iterable[str] = (), timeout: Optional[fl
         if verbose else None
     report = run_variants(options, variants, on_verdict=say, markdown=markdown_report)
     verdicts = [Verdict.from_dict(v) for v in report["verdicts"]]
+    if report["run"]["partial"]:
+        raise KeyboardInterrupt(f"rocmcheck gate: interrupted during {report['run'].get('interrupted')}: "
+                                f"no verdict (UNKNOWN)")
     bad = [v for v in verdicts if v.status.is_bad]
-    if bad or report["run"]["partial"]:
-        lines = [failing_line(v.to_dict()) for v in bad] or ["the gate was interrupted"]
-        raise GateFailed("rocmcheck gate: NO-GO\n" + "\n".join(lines), verdicts)
+    if bad:
+        raise GateFailed("rocmcheck gate: NO-GO\n" + "\n".join(failing_line(v.to_dict()) for v in bad), verdicts)
     return verdicts

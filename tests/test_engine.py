@@ -350,3 +350,14 @@ def test_device_that_is_not_present_is_a_usage_error():
 
     with pytest.raises(UsageError, match="device cuda:3 is not present"):
         Runner(RunOptions(device="cuda:3", write_files=False)).run([])
+
+
+def test_an_interrupted_gate_in_python_is_no_verdict_not_no_go(monkeypatch):
+    """Like the command (UNKNOWN, exit 2): an interruption never becomes GateFailed, the NO-GO of a bad node."""
+    from rocmcheck import gate_api
+
+    partial = {"run": {"partial": True, "interrupted": "device-smoke"},
+               "verdicts": [{"probe": "config-lint", "variant": "config-lint[env]", "status": "pass"}]}
+    monkeypatch.setattr(gate_api, "run_variants", lambda *args, **kwargs: partial)
+    with pytest.raises(KeyboardInterrupt, match="interrupted during device-smoke: no verdict"):
+        gate_api.gate(device="cpu", probes_path=[FAKE], verbose=False)
