@@ -18,7 +18,7 @@ from ..errors import TorchMissing, UsageError
 from ..model import ExitCode
 from ..render import short
 
-COMMAND_MODULES = ("listing", "run", "env", "matrix", "diff", "report", "doctor")  # in `--help` order
+COMMAND_MODULES = ("listing", "run", "env", "matrix", "diff", "report", "doctor", "explain")  # in `--help` order
 
 
 class OneLineParser(argparse.ArgumentParser):
