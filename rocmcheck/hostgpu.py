@@ -328,7 +328,7 @@ def diagnose(host: HostGpus, facts: Dict[str, Any], expect_gpus: Optional[int] =
         why = facts.get("error") or facts.get("torch_error")
         if not facts.get("torch"):
             return Diagnosis(f"this host has {names} but torch's view of them could not be read: {why or 'no facts'}",
-                             "check that torch imports and initialises the GPU (rocmcheck env)")
+                             facts.get("action") or "check that torch imports and initialises the GPU (rocmcheck env)")
         build = _build_of(facts)
         if build not in (WANTS[v] for v in vendors):
             choice = torch_choice(host)
