@@ -318,11 +318,11 @@ def _known_issues_section(verdicts: List[Dict[str, Any]]) -> List[str]:
 def _log_section(log: Dict[str, Any], chars: int) -> List[str]:
     """The user's log as `rocmcheck explain` read it: the recognised lines and the known issues."""
     out = ["", f"## The log `{log.get('source')}` ({log.get('lines', 0):,} lines)", ""]
-    quoted = [f"line {ln['line']}: {ln['text']}"
-              for sig in _list(log.get("signatures")) for ln in _list(sig.get("lines"))]
+    quoted = list(dict.fromkeys(f"line {ln['line']}: {ln['text']}"
+                                for sig in _list(log.get("signatures")) for ln in _list(sig.get("lines"))))
     if not quoted:
         return out + ["Nothing in it was recognised as a known GPU runtime or library failure."]
-    out += _details(f"Recognised lines ({len(quoted)})", _tail("\n".join(dict.fromkeys(quoted)), chars), "text")
+    out += _details(f"Recognised lines ({len(quoted)})", _tail("\n".join(quoted), chars), "text")
     for issue in _list(log.get("known_issues")):
         tag = "matches" if issue.get("confident") else "possible"
         out.append(f"- {tag}: **{issue.get('title', issue.get('id'))}** (`{issue.get('id')}`)"

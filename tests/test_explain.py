@@ -96,10 +96,11 @@ def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, argv, stdin, mess
 
 
 def test_the_log_is_redacted_and_facts_disagreeing_with_each_other_are_named():
-    text = ("HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789 HSA_OVERRIDE_GFX_VERSION=10.3.0\n"
-            "Agent 2: gfx1100\nMemory access fault by GPU node-1 (Agent handle: 0x1) on address (nil). Reason: Unknown.\n")
+    text = ("HSA_OVERRIDE_GFX_VERSION=10.3.0\nAgent 2: gfx1100\nMemory access fault by GPU node-1 (Agent handle: 0x1) "
+            "on address (nil). Reason: Unknown. HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789\n")
     result = explain(text)
     assert "hf_abcdefghijklmnopqrstuvwxyz0123456789" not in json.dumps(result)
+    assert "HF_TOKEN=[REDACTED]" in result["signatures"][0]["lines"][0]["text"]
     assert result["known_issues"][0]["id"] == "memory-access-fault-nil"
     assert any("HSA_OVERRIDE_GFX_VERSION=10.3.0 (gfx1030) on a gfx1100: a different generation" in c
                for c in result["checks"])
@@ -189,7 +190,8 @@ def _verdict_and_fingerprint(entry, message):
     facts.update({k: _version_in(entry[k]) for k in ("hip", "rocm", "cuda") if k in entry})
     host = {"system": entry.get("os", ["linux"])[0].split()[0].capitalize(),
             "wsl": "wsl" in entry.get("os", [""])[0], "python": _version_in(entry.get("python", ">=3.9"))}
-    fingerprint = {"device_facts": facts, "host": host, "device": {"arch": _concrete(entry.get("arch", ["gfx1100"])[0])}}
+    arch = _concrete(entry.get("arch", ["gfx1100"])[0])
+    fingerprint = {"device_facts": facts, "host": host, "device": {"arch": arch}}
     return verdict, fingerprint
 
 
@@ -280,3 +282,24 @@ def test_gate_names_hip_no_binary_and_the_fix_when_the_runtime_aborts(fake_host,
     assert "HSA_OVERRIDE_GFX_VERSION=11.0.0 makes the gfx1031 report as gfx1100, a different generation" \
         in failing["action"]
     assert any("hipErrorNoBinaryForGpu at the first HIP call" in note for note in node["notes"])
+
+
+def test_report_log_puts_the_recognised_excerpt_and_issue_in_the_attachment(tmp_path, capsys):
+    from rocmcheck.storage import SCHEMA
+
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"schema": SCHEMA, "schema_version": "1.3", "run": {"id": "r1", "device": "cpu"},
+                               "fingerprint": {}, "verdicts": []}))
+    log = tmp_path / "train.log"
+    log.write_text("epoch 1\nLoading model...\nHF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789 "
+                   + NO_BINARY_LOG.split("\n", 1)[1])
+    out = tmp_path / "bug.md"
+    assert main(["report", "--from", str(run), "--log", str(log), "-o", str(out)]) == 0
+    md, twin = out.read_text(), json.loads(out.with_suffix(".json").read_text())
+    assert f"## The log `{log}` (4 lines)" in md and "Recognised lines (1)" in md
+    assert "line 3: HF_TOKEN=[REDACTED] hipErrorNoBinaryForGpu" in md
+    assert "matches: **hipErrorNoBinaryForGpu" in md
+    assert twin["log"]["known_issues"][0]["id"] == "hip-no-binary-for-gpu"
+    assert "hf_abcdefghijklmnopqrstuvwxyz0123456789" not in md + json.dumps(twin)
+    assert main(["report", "--from", str(run), "--log", str(tmp_path / "missing.log")]) == 2
+    assert "cannot read the log" in capsys.readouterr().err
