@@ -303,3 +303,23 @@ def test_report_log_puts_the_recognised_excerpt_and_issue_in_the_attachment(tmp_
     assert "hf_abcdefghijklmnopqrstuvwxyz0123456789" not in md + json.dumps(twin)
     assert main(["report", "--from", str(run), "--log", str(tmp_path / "missing.log")]) == 2
     assert "cannot read the log" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("log, expected, confident", [
+    ("Memory access fault by GPU node-1 (Agent handle: 0x55d) on address (nil). Reason: Unknown.",
+     "memory-access-fault-nil", True),
+    ("AttributeError: module 'torch' has no attribute 'int1'", "torch-int1-missing", True),
+    ("torch 2.5.1+rocm6.2\n[W CUDAAllocatorConfig.h:28] Warning: expandable_segments not supported on this platform",
+     "expandable-segments-ignored", True),
+    ("torch 2.6.0+rocm6.2.4\nRuntimeError: CUDA error: HIPBLAS_STATUS_INTERNAL_ERROR when calling `hipblasLtMatmul( "
+     "ltHandle, computeDesc.descriptor())`", "hipblaslt-status-error", True),
+    ('Thread 0x7f (most recent call first):\n  File "/usr/lib/python3.10/site-packages/torch/nn/parallel/'
+     'parallel_apply.py", line 86 in parallel_apply', "dataparallel-broken", False),
+    ("RuntimeError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!", "process-group-sees-no-gpu", True),
+    (NO_BINARY_LOG, "hip-no-binary-for-gpu", True),
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "cuda-no-kernel-image",
+     True),
+])
+def test_the_failures_users_name_most_each_have_a_tested_entry(log, expected, confident):
+    first = explain(log)["known_issues"][0]
+    assert (first["id"], first["confident"]) == (expected, confident) and first["workaround"]
