@@ -13,10 +13,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from . import __version__, known_issues, registry, repro
 from .errors import UsageError
+from .explain import explain
 from .fingerprint import summary
 from .jsonsafe import jsonsafe
 from .model import EVIDENCE_TAILS, STATUS_VALUES, Status, Verdict, count_statuses, is_bad, is_notable
@@ -108,9 +109,10 @@ def _reproducers(report: Dict[str, Any], redactor: Redactor, stem: str, probes_p
 
 
 def build(report: Mapping[str, Any], anonymize: bool = False, stem: str = "rocmcheck-report",
-          source: str = "", probes_paths: Iterable[str] = ()) -> BugReport:
+          source: str = "", probes_paths: Iterable[str] = (), log: Optional[Tuple[str, str]] = None) -> BugReport:
     """The redacted Markdown, JSON twin and reproducers for a loaded or fresh report;
-    reproducers need the probes' sources (built-in, or from `probes_paths`)."""
+    reproducers need the probes' sources (built-in, or from `probes_paths`). `log`: (name, text)
+    of the user's own log, whose recognised excerpt (`rocmcheck explain`) goes in too."""
     report = jsonsafe(dict(report))  # also bounds the nesting depth of a foreign report
     verdicts = valid_verdicts(report)
     dropped = len(report.get("verdicts") or []) - len(verdicts)
@@ -119,6 +121,8 @@ def build(report: Mapping[str, Any], anonymize: bool = False, stem: str = "rocmc
     report = {**report, "run": run, "fingerprint": fingerprint,
               "verdicts": [_with_known_issues(v, fingerprint) for v in verdicts]}
     redactor = Redactor(anonymize)
+    if log is not None:
+        report["log"] = {"source": log[0], **explain(log[1], None, redactor)}
     clean = redactor.data(report)
     scripts, no_repro = _reproducers(clean, redactor, stem, probes_paths)
     notes = [f"{dropped} malformed verdict record(s) in the source were left out."] if dropped else []
@@ -197,6 +201,8 @@ def markdown(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: 
                                           for v in warns[:NAMES_LISTED]]
         out += [f"- and {len(warns) - NAMES_LISTED} more (see the matrix)"] if len(warns) > NAMES_LISTED else []
     out += _known_issues_section(bad + warns)
+    if "log" in report:
+        out += _log_section(report["log"], trim.evidence_chars)
     out += _matrix_section(report["verdicts"], trim.matrix_rows)
     if "doctor" in report:
         out += ["", "## Doctor", ""]
@@ -306,6 +312,21 @@ def _known_issues_section(verdicts: List[Dict[str, Any]]) -> List[str]:
         if issue.get("workaround"):
             out.append(f"  - workaround: {issue['workaround']}")
         out += [f"  - {link}" for link in issue.get("links") or []]
+    return out
+
+
+def _log_section(log: Dict[str, Any], chars: int) -> List[str]:
+    """The user's log as `rocmcheck explain` read it: the recognised lines and the known issues."""
+    out = ["", f"## The log `{log.get('source')}` ({log.get('lines', 0):,} lines)", ""]
+    quoted = list(dict.fromkeys(f"line {ln['line']}: {ln['text']}"
+                                for sig in _list(log.get("signatures")) for ln in _list(sig.get("lines"))))
+    if not quoted:
+        return out + ["Nothing in it was recognised as a known GPU runtime or library failure."]
+    out += _details(f"Recognised lines ({len(quoted)})", _tail("\n".join(quoted), chars), "text")
+    for issue in _list(log.get("known_issues")):
+        tag = "matches" if issue.get("confident") else "possible"
+        out.append(f"- {tag}: **{issue.get('title', issue.get('id'))}** (`{issue.get('id')}`)"
+                   + (f": {issue['workaround']}" if issue.get("workaround") else ""))
     return out
 
 

@@ -2,9 +2,12 @@
 and the stderr signatures of known GPU runtime failures."""
 from __future__ import annotations
 
+import json
 import re
 import signal
-from typing import List, Optional
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Tuple
 
 NTSTATUS = {
     0xC0000005: "STATUS_ACCESS_VIOLATION",
@@ -18,26 +21,29 @@ NTSTATUS = {
     0xC0000017: "STATUS_NO_MEMORY",
 }
 
-# (pattern, what it means) — matched over a crashed or failed child's output.
-SIGNATURES = [
-    (re.compile(r"Memory access fault by GPU node-\d+"), "GPU memory access fault (HSA abort)"),
-    (re.compile(r"on address \(nil\)"), "GPU fault on a NULL address: often a wrong HSA_OVERRIDE_GFX_VERSION"),
-    (re.compile(r"invalid device function", re.I),
-     "no kernel for this GPU arch in the wheel (invalid device function)"),
-    (re.compile(r"HSA_STATUS_ERROR\w*"), "HSA runtime error"),
-    (re.compile(r"hipError\w+|HIP error"), "HIP runtime error"),
-    (re.compile(r"CUDA error"), "CUDA runtime error"),
-    (re.compile(r"Cannot re-initialize CUDA in forked subprocess"), "GPU runtime used after fork"),
-    (re.compile(r"out of memory", re.I), "out of memory"),
-    (re.compile(r"reserved by PyTorch but unallocated"),
-     "out of memory with much memory reserved but unallocated: allocator fragmentation"),
-    (re.compile(r"HIPBLAS(?:LT)?_STATUS_\w+"), "hipBLAS/hipBLASLt error"),
-    (re.compile(r"ROCBLAS_STATUS_\w+|rocblas_status_\w+"), "rocBLAS error"),
-    (re.compile(r"CUBLAS_STATUS_\w+"), "cuBLAS error"),
-    (re.compile(r"CUDNN_STATUS_\w+|cuDNN error"), "cuDNN error"),
-    (re.compile(r"miopenStatus\w+|MIOpen(?: Error|\(HIP\): Error)"), "MIOpen error"),
-    (re.compile(r"Page not present or supervisor privilege"), "GPU page fault"),
-]
+SIGNATURES_FILE = Path(__file__).parent / "data" / "signatures.json"
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    pattern: "re.Pattern[str]"
+    meaning: str
+    generic: bool  # names a family (any HIP error), not a cause
+
+
+def _load() -> Tuple[List[Signature], Dict[str, List["re.Pattern[str]"]]]:
+    data = json.loads(SIGNATURES_FILE.read_text(encoding="utf-8"))
+    table = [Signature(s["id"], re.compile(s["pattern"], re.I if "i" in s.get("flags", "") else 0), s["meaning"],
+                       bool(s.get("generic"))) for s in data["signatures"]]
+    facts = {name: [re.compile(p) for p in patterns] for name, patterns in data["facts"].items()}
+    return table, facts
+
+
+# What known GPU runtime failures print (data/signatures.json), matched over a crashed or failed
+# child's output and over a user's log; FACT_PATTERNS read what a log states (arch, versions).
+SIGNATURES, FACT_PATTERNS = _load()
+BY_MEANING = {s.meaning: s for s in SIGNATURES}
 
 
 def signal_name(number: int) -> str:
@@ -71,5 +77,10 @@ def signal_of(returncode: Optional[int]) -> Optional[int]:
 
 
 def signatures(text: str) -> List[str]:
-    """Known runtime-failure signatures found in `text`."""
-    return [meaning for pattern, meaning in SIGNATURES if pattern.search(text)]
+    """The meanings of the known runtime-failure signatures found in `text`."""
+    return [s.meaning for s in SIGNATURES if s.pattern.search(text)]
+
+
+def signature_ids(meanings: Iterable[str]) -> List[str]:
+    """The ids of signatures recorded by their meanings (a verdict's evidence keeps meanings)."""
+    return [BY_MEANING[m].id for m in meanings if m in BY_MEANING]

@@ -188,3 +188,15 @@ def summary(fingerprint: Dict[str, Any]) -> str:
     parts = [dev.get("arch") or dev.get("name") or "cpu", f"{backend} {version}" if version else backend,
              f"torch {dfacts.get('torch', '?')}", host.get("system") or "?"]
     return " / ".join(str(p) for p in parts)
+
+
+def wheel_facts(task: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Run in a child: torch's version, build and compiled arch list, read without initialising
+    the GPU runtime, so it works where HIP aborts at its first call (hipErrorNoBinaryForGpu)."""
+    import torch
+
+    flags = getattr(torch._C, "_cuda_getArchFlags", None)  # compile-time; torch.cuda.get_arch_list() initialises
+    hip, cuda = getattr(torch.version, "hip", None), getattr(torch.version, "cuda", None)
+    arch_list = guarded(flags) if flags else None
+    return {"torch": torch.__version__, "hip": hip, "cuda": cuda, "rocm": getattr(torch.version, "rocm", None),
+            "arch_list": arch_list.split() if isinstance(arch_list, str) else ([] if not (hip or cuda) else None)}

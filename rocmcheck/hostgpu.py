@@ -206,6 +206,72 @@ def _guard(fn: Any, default: Any) -> Any:
         return default
 
 
+# --- GPU arch names ------------------------------------------------------------------------------
+
+# Cards whose ISA matches a sibling's closely enough to run its code objects under
+# HSA_OVERRIDE_GFX_VERSION (the common workaround for consumer RDNA2/RDNA3 and Vega APUs, e.g.
+# ROCm/ROCm#2061: an RX 6600, gfx1032, runs with 10.3.0). Outside these families an override is a guess.
+OVERRIDE_FAMILIES = {"gfx1030": ("gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036"),
+                     "gfx1100": ("gfx1101", "gfx1102", "gfx1103"),
+                     "gfx900": ("gfx902", "gfx909", "gfx90c")}
+
+
+def gfx_from_override(value: Optional[str]) -> Optional[str]:
+    """'11.0.0' -> 'gfx1100', '9.0.10' -> 'gfx90a'; None when malformed."""
+    match = re.fullmatch(r"\s*(\d+)\.(\d+)\.(\d+)\s*", value or "")
+    if not match:
+        return None
+    major, minor, step = (int(g) for g in match.groups())
+    return f"gfx{major}{minor}{step:x}"
+
+
+def override_of(arch: str) -> str:
+    """'gfx1030' -> '10.3.0', 'gfx90a' -> '9.0.10': the HSA_OVERRIDE_GFX_VERSION that names `arch`."""
+    major, minor, step = gfx_version(arch) or (0, 0, 0)
+    return f"{major}.{minor}.{step}"
+
+
+def gfx_from_kfd(target: int) -> str:
+    """KFD `gfx_target_version` 110501 -> 'gfx1151', 90010 -> 'gfx90a'."""
+    return f"gfx{target // 10000}{(target // 100) % 100}{target % 100:x}"
+
+
+def gfx_version(arch: Optional[str]) -> Optional[Tuple[int, int, int]]:
+    """'gfx90a' -> (9, 0, 10), 'gfx1201' -> (12, 0, 1): gfx + major digits + minor and stepping
+    (one hex digit each); None for anything else ('gfx11-generic', 'sm_90')."""
+    match = re.fullmatch(r"gfx(\d+)([0-9a-f])([0-9a-f])", arch or "")
+    return (int(match.group(1)), int(match.group(2), 16), int(match.group(3), 16)) if match else None
+
+
+def gfx_major(arch: Optional[str]) -> Optional[int]:
+    version = gfx_version(arch)
+    return version[0] if version else None
+
+
+def arch_advice(card: str, arch_list: Optional[Sequence[str]], override: Optional[str],
+                install: str = f"python -m pip install torch --index-url {ROCM_INDEX}") -> str:
+    """What makes a wheel run on GPU `card` when it has no code object for it (hipErrorNoBinaryForGpu):
+    the override that is wrong (another generation), the family override that applies, or the
+    wheel to install (`install`). `arch_list`: the wheel's, None when it could not be read."""
+    listed = {a.split(":")[0] for a in arch_list or ()}
+    wanted = gfx_from_override(override) if override else None
+    wheel = f"install a ROCm torch built for {card} ({install}; `rocmcheck env` shows a wheel's arch list)"
+    if override and gfx_major(wanted) != gfx_major(card):
+        return (f"HSA_OVERRIDE_GFX_VERSION={override} makes the {card} report as {wanted or 'nothing valid'}, "
+                f"a different generation whose code cannot run on it: unset it, then {wheel}")
+    if arch_list is not None and card in listed and not override:
+        return f"the wheel lists {card}: the missing code object is in another library or extension"
+    base = next((b for b, members in OVERRIDE_FAMILIES.items() if card in members), None)
+    family = ""
+    if base and (arch_list is None or base in listed):
+        family = f"HSA_OVERRIDE_GFX_VERSION={override_of(base)} (the {card} runs {base} code objects)"
+        if override == override_of(base):
+            return f"HSA_OVERRIDE_GFX_VERSION={override} is already set, yet code is missing: {wheel}"
+    missing = f"the wheel has no code object for {card}" + (
+        f" (it lists {' '.join(sorted(listed)) or 'nothing'})" if arch_list is not None else "")
+    return f"{missing}: {wheel}" + (f", or set {family}" if family else "")
+
+
 # --- which torch -------------------------------------------------------------------------------
 
 
@@ -262,7 +328,7 @@ def diagnose(host: HostGpus, facts: Dict[str, Any], expect_gpus: Optional[int] =
         why = facts.get("error") or facts.get("torch_error")
         if not facts.get("torch"):
             return Diagnosis(f"this host has {names} but torch's view of them could not be read: {why or 'no facts'}",
-                             "check that torch imports and initialises the GPU (rocmcheck env)")
+                             facts.get("action") or "check that torch imports and initialises the GPU (rocmcheck env)")
         build = _build_of(facts)
         if build not in (WANTS[v] for v in vendors):
             choice = torch_choice(host)

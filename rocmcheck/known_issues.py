@@ -5,6 +5,14 @@ Entries live in data files (JSON), not code: the built-in `data/known_issues/*.j
 (os.pathsep-separated). An entry
 matches on probe id (glob), variant (glob), statuses, device arch (glob), OS and
 version ranges of torch/HIP/ROCm/CUDA; every field it names must match.
+
+`message` and `signatures` match what the verdict says about the failure (its message,
+its exception's last line, the runtime signatures recognised in its output), never the
+probe's own progress lines: a case named "v-strided" that passed must not name the
+non-contiguous-V issue. `match_log` holds the same entries against a user's log
+(`rocmcheck explain`): there an entry is found by its `signatures` (ids in
+data/signatures.json), its `message` is matched on the lines they were seen on, and a
+limit the log does not state leaves the match unconfirmed.
 """
 from __future__ import annotations
 
@@ -14,9 +22,10 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .errors import UsageError
+from .exitcodes import signatures
 from .model import Status, Verdict
 
 NOTABLE = [s.value for s in Status if s.is_notable]  # the statuses an entry matches unless it names its own
@@ -87,6 +96,33 @@ def _facts(fingerprint: Dict[str, Any]) -> Dict[str, Any]:
             "cuda": dfacts.get("cuda"), "python": host.get("python"), "backend": dfacts.get("backend")}
 
 
+def failure_text(verdict: Verdict) -> str:
+    """What a verdict says about its failure: its message, the last line of its exception and
+    the meanings of the runtime signatures in its output (not the output itself: a probe's
+    progress lines name its cases, failing or not)."""
+    evidence = verdict.evidence or {}
+    lines = [ln for ln in str(evidence.get("traceback") or "").splitlines() if ln.strip()]
+    output = "\n".join(str(evidence.get(k) or "") for k in ("output_tail", "stack", "traceback"))
+    meanings = dict.fromkeys([*map(str, evidence.get("signatures") or []), *signatures(output)])
+    return "\n".join([verdict.message, *lines[-1:], *meanings])
+
+
+def _limit(entry: Dict[str, Any], facts: Dict[str, Any]) -> Dict[str, Optional[bool]]:
+    """Each limit the entry names (arch, os, backend, versions): True/False against the facts,
+    None where the facts do not say."""
+    found: Dict[str, Optional[bool]] = {}
+    if "arch" in entry:
+        found["arch"] = any(fnmatch.fnmatchcase(facts["arch"], a) for a in entry["arch"]) if facts.get("arch") else None
+    if "os" in entry:
+        found["os"] = any(o in facts["os"] for o in entry["os"]) if facts.get("os") else None
+    if "backend" in entry:
+        found["backend"] = facts["backend"] == entry["backend"] if facts.get("backend") else None
+    for key in VERSION_KEYS:
+        if key in entry:
+            found[key] = in_range(facts[key], entry[key]) if facts.get(key) else None
+    return found
+
+
 def matches(entry: Dict[str, Any], verdict: Verdict, facts: Dict[str, Any]) -> bool:
     if not fnmatch.fnmatchcase(verdict.probe, entry["probe"]):
         return False
@@ -94,21 +130,49 @@ def matches(entry: Dict[str, Any], verdict: Verdict, facts: Dict[str, Any]) -> b
         return False
     if verdict.status.value not in entry.get("status", NOTABLE):
         return False
-    if "arch" in entry and not any(fnmatch.fnmatchcase(facts["arch"], a) for a in entry["arch"]):
+    if "message" in entry and not re.search(entry["message"], failure_text(verdict), re.I):
         return False
-    if "os" in entry and not any(o in facts["os"] for o in entry["os"]):
-        return False
-    if "backend" in entry and facts.get("backend") != entry["backend"]:
-        return False
-    if "message" in entry and not re.search(entry["message"], verdict.message + " " + str(verdict.evidence), re.I):
-        return False
-    return all(in_range(facts.get(key), entry[key]) for key in VERSION_KEYS if key in entry)
+    return all(_limit(entry, facts).values())
+
+
+def _public(entry: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: entry[k] for k in ("id", "title", "workaround", "links") if k in entry}
 
 
 def match(verdict: Verdict, fingerprint: Dict[str, Any]) -> List[Dict[str, Any]]:
     facts = _facts(fingerprint)
-    return [{k: e[k] for k in ("id", "title", "workaround", "links") if k in e}
-            for e in entries() if matches(e, verdict, facts)]
+    return [_public(e) for e in entries() if matches(e, verdict, facts)]
+
+
+def match_log(found: Dict[str, List[str]], facts: Dict[str, Any],
+              specific: Iterable[str]) -> List[Dict[str, Any]]:
+    """Known issues for the signatures recognised in a log (`found`: id -> the lines it was seen
+    on), best first. An entry needs one of its `signatures` and, if it has a `message`, that
+    pattern on one of those lines; a limit the `facts` contradict rules it out. It is
+    `confident` when a `specific` (not generic) signature named it and every limit is stated
+    and met; `unknown` lists the limits the log does not state."""
+    specific = set(specific)
+    ranked = []
+    for entry in entries():
+        hits = [sid for sid in entry.get("signatures", ()) if sid in found]
+        lines = [line for sid in hits for line in found[sid]]
+        if not hits or ("message" in entry and not any(re.search(entry["message"], ln, re.I) for ln in lines)):
+            continue
+        limits = _limit(entry, facts)
+        if False in limits.values():
+            continue
+        unknown = sorted(k for k, ok in limits.items() if ok is None)
+        confident = bool(specific & set(hits)) and not unknown
+        score = (confident, len(specific & set(hits)), len(limits) - len(unknown), "message" in entry)
+        ranked.append((score, {**_public(entry), "confident": confident, "unknown": unknown,
+                               "signatures": hits, "confirm": entry.get("confirm") or _confirm(entry)}))
+    ranked.sort(key=lambda pair: pair[0], reverse=True)
+    return [item for _, item in ranked]
+
+
+def _confirm(entry: Dict[str, Any]) -> List[str]:
+    """The probes that would confirm an entry on this machine: its own, unless it is any probe."""
+    return [] if entry["probe"] == "*" else [entry["probe"]]
 
 
 def annotate(verdict: Verdict, fingerprint: Dict[str, Any]) -> None:

@@ -19,6 +19,9 @@ SCHEMA_VERSION = "1.0"
 
 def action(verdict: Dict[str, Any], on_gpu: bool) -> str:
     """The honest next step for one failing verdict."""
+    fix = (verdict.get("evidence") or {}).get("fix")
+    if fix:
+        return f"fix: {fix}"
     issues = verdict.get("known_issues") or []
     workaround = next((i.get("workaround") for i in issues if i.get("workaround")), None)
     if workaround:

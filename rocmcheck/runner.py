@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry, torchapi
 from .errors import Interrupted, TorchMissing, UsageError, raise_interrupted
+from .exitcodes import BY_MEANING, signatures
 from .launch import ChildProcess, IsolationServerDied, SpawnLauncher
 from .model import DeviceInfo, Status, Variant, Verdict
 from .options import ISOLATIONS
@@ -35,6 +36,7 @@ from .watchdog import TEARDOWN_WAIT_S, ChildEnd, supervise
 from .context import ProbeContext
 from .verdicts import outcome
 
+NO_BINARY = next(m for m, sig in BY_MEANING.items() if sig.id == "hip-no-binary-for-gpu")
 GPU_VISIBLE = "gpu-visible"  # the probe that fails when the host has GPUs that torch cannot use
 FACTS_TIMEOUT_S = 120.0
 CANARY_TIMEOUT_S = 20.0  # runtime init and one tiny kernel; a device that needs longer is not usable
@@ -108,6 +110,7 @@ class Runner:
         self.facts: Dict[str, Any] = {}
         self.wedged: Dict[str, str] = {}  # device -> the variant after which its canary failed
         self.gpu_problem: Optional[str] = None  # the host has GPUs that this torch cannot use
+        self._arch_fix: Optional[str] = None  # computed once, for children that die with no code object
         self.journal: Optional[Journal] = None
         self.unwritten: Dict[str, str] = {}  # file kind (jsonl, json, md) -> "path: why" it could not be written
         self.sections: Dict[str, Any] = {}  # extra report sections (doctor's results), written with the report
@@ -239,6 +242,10 @@ class Runner:
         end = self._launch(task, {}, fresh=False)
         result = read_result(task["result_path"])
         self.facts = clean_tree((result or {}).get("data") or {"error": end_summary(end)})
+        if result is None and NO_BINARY in signatures(end.output):
+            fix = self.arch_fix()
+            self.facts.update(error=f"{end_summary(end)}: hipErrorNoBinaryForGpu at the first HIP call: {fix}",
+                              action=fix)
         if self.facts.get("torch_error") and self.opts.needs_torch:
             choice = hostgpu.torch_choice(hostgpu.read())
             raise TorchMissing(f"torch cannot be imported here ({self.facts['torch_error']}), so nothing can be "
@@ -269,6 +276,25 @@ class Runner:
             self.devices = [DeviceInfo(f"cuda:{i}", backend, count, ((devices[i] if i < len(devices) else None)
                                                                     or {}).get("arch")) for i in indexes]
         self.device = self.devices[0]
+
+    def arch_fix(self) -> str:
+        """Which wheel or override makes torch run on this host's GPUs, for a child that died with
+        hipErrorNoBinaryForGpu: the cards' archs from the KFD topology, the wheel's arch list from a
+        child that reads it without initialising the GPU, the override in effect."""
+        if self._arch_fix is None:
+            host = hostgpu.read()
+            arch_list = self.facts.get("arch_list") if self.facts.get("device_count") else None
+            if arch_list is None:
+                task = self._task(call="rocmcheck.fingerprint:wheel_facts", timeout=FACTS_TIMEOUT_S)
+                self._launch(task, {}, fresh=False)
+                arch_list = ((read_result(task["result_path"]) or {}).get("data") or {}).get("arch_list")
+            override = {**os.environ, **self.opts.env}.get("HSA_OVERRIDE_GFX_VERSION")
+            install = hostgpu.torch_choice(host).command()
+            cards = dict.fromkeys(hostgpu.gfx_from_kfd(t) for t in host.kfd_gfx_targets)
+            self._arch_fix = clean("; ".join(f"{card}: {hostgpu.arch_advice(card, arch_list, override, install)}"
+                                             for card in cards)
+                                   or f"install a torch wheel built for this GPU's arch (rocminfo names it): {install}")
+        return self._arch_fix
 
     def with_gpu_check(self, variants: List[Variant]) -> List[Variant]:
         """Where torch cannot use the host's GPUs, or a GPU count is expected, the check that says so
@@ -334,6 +360,10 @@ class Runner:
                     self.fall_back_to_spawn(result.get("message", "GPU init failed in a forked child"))
             return self._run_variant(variant, env, timeout, device)
         verdict = assemble(variant, end, result, read_text(task["stack_path"]), timeout)  # every status: verdicts.py
+        if NO_BINARY in verdict.evidence.get("signatures", ()):
+            verdict.message = clean(f"{verdict.message}: hipErrorNoBinaryForGpu: torch has no code object for "
+                                    "this GPU")
+            verdict.evidence["fix"] = self.arch_fix()
         if device.kind == "gpu" and verdict.status.is_bad:
             verdict.evidence.update(kernellog.evidence(log_since))
         verdict.env = {**self.opts.env, **variant_env}

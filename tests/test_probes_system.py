@@ -299,7 +299,8 @@ def test_expandable_segments_ignored_with_the_warning_is_warned(fake_gpu):
     for evidence in ("not supported on this platform", "expandable_segments=False", "none of 1 segments"):
         assert evidence in problem
     assert ctx.measurements["in_effect"] is False
-    assert "expandable-segments-ignored" in _known_issue_ids("allocator", "warn", problem)
+    assert "expandable-segments-ignored" in _known_issue_ids("allocator", "warn", problem, backend="rocm")
+    assert "expandable-segments-ignored" not in _known_issue_ids("allocator", "warn", problem, backend="cuda")
 
 
 def test_corrupted_canary_fails(fake_gpu):
@@ -315,11 +316,12 @@ def test_reserved_memory_growing_every_cycle_fails(fake_gpu):
         fake_gpu("reserved-growth")
 
 
-def _known_issue_ids(probe, status, message):
+def _known_issue_ids(probe, status, message, backend=None):
     from rocmcheck import known_issues
     from rocmcheck.model import Status, Verdict
 
-    return [k["id"] for k in known_issues.match(Verdict(probe, probe, Status(status), message=message), {})]
+    fingerprint = {"device_facts": {"backend": backend}} if backend else {}
+    return [k["id"] for k in known_issues.match(Verdict(probe, probe, Status(status), message=message), fingerprint)]
 
 
 def test_growth_detector_ignores_warm_up_plateaus_and_jitter():

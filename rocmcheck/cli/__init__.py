@@ -24,7 +24,7 @@ from ..errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from ..model import ExitCode
 from . import console
 
-COMMAND_MODULES = ("listing", "run", "env", "matrix", "diff", "report", "doctor")  # in `--help` order
+COMMAND_MODULES = ("listing", "run", "env", "matrix", "diff", "report", "doctor", "explain")  # in `--help` order
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -9,6 +9,7 @@ from typing import Any, Dict
 from .. import registry
 from ..bugreport import build, write
 from ..errors import UsageError
+from ..explain import read_log
 from ..model import ExitCode
 from ..options import add_to_argparse
 from ..selection import select
@@ -28,6 +29,9 @@ def register(sub: Any) -> None:
                         "(.json) and reproducers (FILE-repro-*.py) go beside it")
     p.add_argument("--from", dest="from_path", type=Path, default=None, metavar="RUN.json",
                    help="build the report from an existing run (report .json or .jsonl journal)")
+    p.add_argument("--log", default=None, metavar="FILE",
+                   help="your own log (traceback, dmesg, training output; - for stdin): its recognised "
+                        "excerpt and known issues (rocmcheck explain) go in the attachment")
     p.add_argument("--anonymize", action="store_true",
                    help="also replace the home directory, user name, host name and IP addresses")
     p.set_defaults(func=cmd_report)
@@ -45,11 +49,12 @@ def _run_or_load(args: argparse.Namespace) -> Dict[str, Any]:
 def cmd_report(args: argparse.Namespace) -> int:
     if args.output is not None and args.output.suffix == ".json":
         raise UsageError("-o names the Markdown file; its JSON twin is written beside it")
+    log = (args.log, read_log(args.log)) if args.log else None  # bad input before any probe runs
     report = _run_or_load(args)
     run_id = re.sub(r"[^A-Za-z0-9_.-]+", "-", str((report.get("run") or {}).get("id") or "unknown"))
     md_path = args.output or args.out_dir / f"rocmcheck-report-{run_id}.md"
     bug = build(report, anonymize=args.anonymize, stem=md_path.stem,
-                source=str(args.from_path) if args.from_path else "", probes_paths=args.probes_path)
+                source=str(args.from_path) if args.from_path else "", probes_paths=args.probes_path, log=log)
     paths = write(bug, md_path)
     extra = f" and {len(bug.reproducers)} reproducer(s)" if bug.reproducers else ""
     print(f"wrote {paths[0]} ({len(bug.markdown):,} characters), {paths[1]}{extra}")

@@ -70,6 +70,8 @@ def gate_screen(report: Dict[str, Any], code: int) -> str:
         ev = v.get("evidence") or {}
         if ev.get("signal") or ev.get("signatures"):
             lines.append(f"    evidence: {', '.join(filter(None, [ev.get('signal'), *ev.get('signatures', [])]))}")
+        if ev.get("fix"):
+            lines.append(f"    fix: {ev['fix']}")
         if ev.get("stack"):
             lines.append("    stack: " + " | ".join(ev["stack"].strip().splitlines()[-3:]))
         lines.extend("  " + line for line in known_issue_lines(v))

@@ -30,6 +30,23 @@ def _abort(arg: Optional[str]) -> None:
     os.abort()
 
 
+NO_BINARY_TEXT = "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"
+
+
+@fault("no-binary-for-gpu", "the first GPU runtime call prints hipErrorNoBinaryForGpu and aborts, as HIP does "
+       "when the wheel has no code object for the GPU's arch (device-facts child included)", in_facts=True)
+def _no_binary_for_gpu(arg: Optional[str]) -> None:
+    import torch
+
+    def first_hip_call(*args: object, **kwargs: object) -> None:
+        sys.stderr.write(NO_BINARY_TEXT + "\n")
+        sys.stderr.flush()
+        os.abort()
+
+    for name in ("init", "_lazy_init", "is_available", "device_count"):  # compile-time facts stay readable
+        setattr(torch.cuda, name, first_hip_call)
+
+
 @fault("exit-no-result", "the probe's process exits with status ARG (default 0) before writing a result",
        args="exit status")
 def _exit_no_result(arg: Optional[str]) -> None:

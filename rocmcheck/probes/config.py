@@ -10,6 +10,7 @@ import re
 import sys
 
 import rocmcheck
+from rocmcheck.hostgpu import gfx_from_kfd, gfx_from_override, gfx_major, gfx_version  # noqa: F401 - gfx_version: the tests
 
 CHECKS = ("hsa-override", "arch-in-wheel", "alloc-conf", "python-version", "tf32-override")
 
@@ -31,32 +32,6 @@ ALLOC_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLO
 def version_tuple(text):
     nums = re.findall(r"\d+", str(text or "").split("+")[0])
     return tuple(int(n) for n in nums[:3])
-
-
-def gfx_from_override(value):
-    """'11.0.0' -> 'gfx1100', '9.0.10' -> 'gfx90a'; None when malformed."""
-    match = re.fullmatch(r"\s*(\d+)\.(\d+)\.(\d+)\s*", value or "")
-    if not match:
-        return None
-    major, minor, step = (int(g) for g in match.groups())
-    return f"gfx{major}{minor}{step:x}"
-
-
-def gfx_from_kfd(target):
-    """KFD `gfx_target_version` 110501 -> 'gfx1151', 90010 -> 'gfx90a'."""
-    return f"gfx{target // 10000}{(target // 100) % 100}{target % 100:x}"
-
-
-def gfx_version(arch):
-    """'gfx90a' -> (9, 0, 10), 'gfx1201' -> (12, 0, 1): gfx + major digits + minor and stepping
-    (one hex digit each); None for anything else ('gfx11-generic', 'sm_90')."""
-    match = re.fullmatch(r"gfx(\d+)([0-9a-f])([0-9a-f])", arch or "")
-    return (int(match.group(1)), int(match.group(2), 16), int(match.group(3), 16)) if match else None
-
-
-def gfx_major(arch):
-    version = gfx_version(arch)
-    return version[0] if version else None
 
 
 def check_hsa_override(facts):

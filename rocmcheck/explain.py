@@ -1,0 +1,216 @@
+"""`rocmcheck explain`: name what a user's own log shows.
+
+Users arrive holding a log (a traceback, a watchdog line, dmesg, collect_env). The runtime
+signatures of data/signatures.json are found in it with their lines, the known issues they
+point to are ranked (`known_issues.match_log`), and the facts the log states (GPU arch,
+versions, HSA_OVERRIDE_GFX_VERSION) are held against each other and, where this machine can
+be read without touching the GPU, against its GPUs and its torch wheel. Every pass over the
+text is a regex scan or a bisect, so a megabyte of training output costs milliseconds, and the
+result is redacted before anyone sees it.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from typing import Any, Dict, List, Optional
+
+from . import hostgpu, known_issues
+from .errors import UsageError
+from .exitcodes import FACT_PATTERNS, SIGNATURES
+from .redact import Redactor
+
+LINES_SHOWN = 3  # lines quoted per signature; the rest are counted
+LINE_CHARS = 240  # a quoted line is cut around its match (one-line megabyte logs exist)
+WHEEL_TIMEOUT_S = 60.0
+# signatures whose fix depends on the GPU's arch: worth reading the wheel's arch list for
+ARCH_SIGNATURES = {"hip-no-binary-for-gpu", "invalid-device-function", "cuda-no-kernel-image",
+                   "tensile-library-missing", "null-address-fault"}
+ROCM_SIGNATURES = {"hip-no-binary-for-gpu", "hip-error", "hsa-memory-access-fault", "hsa-status-error",
+                   "hsa-out-of-resources", "gpu-hang", "miopen-error", "rocblas-status", "tensile-library-missing",
+                   "hipblas-status"}
+CUDA_SIGNATURES = {"cuda-no-kernel-image", "cublas-status", "cudnn-status"}
+OS_NAMES = {"windows": "windows", "wsl": "linux wsl"}  # anything else a log names is a Linux
+
+
+def read_log(path: str) -> str:
+    """The text of FILE, or of stdin for '-'; undecodable bytes replaced. Bad input: UsageError."""
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()  # noqa: SIM115 - read at once
+    except OSError as exc:
+        raise UsageError(f"cannot read the log '{path}' ({exc.strerror or exc})") from None
+    if not data.strip():
+        raise UsageError(f"the log '{path}' is empty" if path != "-" else "no log on stdin (pipe one in, or name FILE)")
+    if b"\0" in data[:8192]:
+        raise UsageError(f"'{path}' is not a text log (binary data)")
+    return data.decode("utf-8", errors="replace")
+
+
+def _quote(text: str, start: int, end: int) -> str:
+    """The line holding text[start:end], cut to LINE_CHARS around the match."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    if line_end - line_start <= LINE_CHARS:
+        return text[line_start:line_end].strip()
+    left = max(line_start, start - LINE_CHARS // 3)
+    return ("…" if left > line_start else "") + text[left:left + LINE_CHARS].strip() + "…"
+
+
+def recognise(text: str) -> List[Dict[str, Any]]:
+    """Each signature found in `text`: id, meaning, how often, and its first lines (1-based)."""
+    newlines = [m.start() for m in re.finditer("\n", text)]
+    found = []
+    for sig in SIGNATURES:
+        lines, count, last_line = [], 0, -1
+        for m in sig.pattern.finditer(text):
+            number = bisect.bisect_left(newlines, m.start()) + 1
+            if number == last_line:
+                continue
+            count, last_line = count + 1, number
+            if len(lines) < LINES_SHOWN:
+                lines.append({"line": number, "text": _quote(text, m.start(), m.end())})
+        if count:
+            found.append({"id": sig.id, "meaning": sig.meaning, "generic": sig.generic, "count": count,
+                          "lines": lines})
+    return found
+
+
+def stated_facts(text: str, found_ids: List[str]) -> Dict[str, Any]:
+    """What the log states: the GPU arch (the most frequent), versions, the override, the OS and,
+    from those and the signatures, the backend."""
+    facts: Dict[str, Any] = {}
+    for name, patterns in FACT_PATTERNS.items():
+        values = Counter(m.group(1) for p in patterns for m in p.finditer(text))
+        if values:
+            facts[name] = values.most_common(1)[0][0]
+    if facts.get("os"):
+        facts["os"] = OS_NAMES.get(facts["os"].lower(), "linux")
+    if facts.get("cuda", "").isdigit():  # '+cu121' -> '12.1'
+        facts["cuda"] = f"{facts['cuda'][:-1]}.{facts['cuda'][-1]}"
+    arch = facts.get("arch", "")
+    if facts.get("rocm") or arch.startswith("gfx") or ROCM_SIGNATURES & set(found_ids):
+        facts["backend"] = "rocm"
+    elif facts.get("cuda") or arch.startswith("sm_") or CUDA_SIGNATURES & set(found_ids):
+        facts["backend"] = "cuda"
+    return facts
+
+
+def wheel_facts() -> Optional[Dict[str, Any]]:
+    """The installed torch's version and arch list, from a child that never initialises the GPU."""
+    code = "import json; from rocmcheck.fingerprint import wheel_facts; print(json.dumps(wheel_facts()))"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=WHEEL_TIMEOUT_S, check=False)
+        return json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def local_facts(read_wheel: bool) -> Dict[str, Any]:
+    """This machine, read without touching the GPU: its cards' archs (KFD topology), the override
+    in this environment and, when asked, the installed torch wheel."""
+    host = hostgpu.read()
+    return {"cards": [hostgpu.gfx_from_kfd(t) for t in host.kfd_gfx_targets],
+            "override": os.environ.get("HSA_OVERRIDE_GFX_VERSION"),
+            "wheel": wheel_facts() if read_wheel else None}
+
+
+def _checks(facts: Dict[str, Any], found_ids: List[str], local: Optional[Dict[str, Any]]) -> List[str]:
+    """Where the stated facts disagree with each other or with this machine, and the arch fix."""
+    notes = []
+    arch, override = facts.get("arch"), facts.get("hsa_override")
+    if arch and override and hostgpu.gfx_version(arch):
+        wanted = hostgpu.gfx_from_override(override)
+        if hostgpu.gfx_major(wanted) != hostgpu.gfx_major(arch):
+            notes.append(f"the log sets HSA_OVERRIDE_GFX_VERSION={override} ({wanted}) on a {arch}: a different "
+                         "generation, whose code cannot run there: unset it")
+    card, arch_list = arch, None
+    if local:
+        cards, wheel = local["cards"], local.get("wheel") or {}
+        here = bool(cards) and (not arch or arch in cards)  # the log's GPU is this machine's
+        if arch and arch.startswith("gfx") and cards and arch not in cards:
+            notes.append(f"the log names {arch}; this machine's GPU{'s are' if len(cards) > 1 else ' is'} "
+                         f"{', '.join(cards)}: the log comes from another machine, or an override is in effect")
+        if local.get("override") and cards:
+            wanted = hostgpu.gfx_from_override(local["override"])
+            wrong = [c for c in cards if hostgpu.gfx_major(c) != hostgpu.gfx_major(wanted)]
+            if wrong:
+                notes.append(f"this machine sets HSA_OVERRIDE_GFX_VERSION={local['override']} ({wanted}) on "
+                             f"{', '.join(wrong)}: a different generation: unset it")
+        if wheel.get("torch"):
+            listed = " ".join(wheel["arch_list"]) if wheel.get("arch_list") is not None else "unreadable"
+            notes.append(f"this machine's torch {wheel['torch']} lists: {listed or 'no GPU arch (a CPU build)'}")
+        if here:
+            card, arch_list = card or cards[0], wheel.get("arch_list")
+            override = override or local.get("override")
+    if card and card.startswith("gfx") and {"hip-no-binary-for-gpu", "invalid-device-function"} & set(found_ids):
+        notes.append(f"fix for {card}: " + hostgpu.arch_advice(card, arch_list, override))
+    return notes
+
+
+def _not_told(facts: Dict[str, Any], issues: List[Dict[str, Any]], found: List[Dict[str, Any]]) -> List[str]:
+    """What the text alone cannot settle."""
+    names = {"arch": "the GPU arch", "os": "the operating system", "backend": "whether it is a ROCm or CUDA build",
+             "torch": "the torch version", "rocm": "the ROCm version", "hip": "the HIP version",
+             "cuda": "the CUDA version", "python": "the Python version"}
+    unknown = sorted({k for issue in issues for k in issue["unknown"]})
+    notes = [f"{names.get(k, k)}: the log does not state it, and the known issues above depend on it" for k in unknown]
+    if found and not any(issue["confident"] for issue in issues):
+        notes.append("which cause is behind the recognised errors: no known issue is named with confidence")
+    if not facts.get("arch"):
+        notes.append("the GPU arch is not in the log (rocminfo or `rocmcheck env` shows it)")
+    return notes
+
+
+def explain(text: str, local: Optional[Dict[str, Any]] = None, redactor: Optional[Redactor] = None) -> Dict[str, Any]:
+    """The whole answer for one log, redacted: signatures, known issues (best first), stated facts,
+    their checks against each other and `local` (this machine; None: not compared), what the
+    text cannot tell, and the probes that would confirm it here."""
+    found = recognise(text)
+    ids = [f["id"] for f in found]
+    facts = stated_facts(text, ids)
+    lines = {f["id"]: [ln["text"] for ln in f["lines"]] for f in found}
+    issues = known_issues.match_log(lines, facts, [f["id"] for f in found if not f["generic"]])
+    probes = list(dict.fromkeys(p for issue in issues for p in issue["confirm"]))
+    result = {"signatures": found, "known_issues": issues, "facts": facts, "checks": _checks(facts, ids, local),
+              "not_told": _not_told(facts, issues, found),
+              "confirm": f"rocmcheck run {' '.join('--probe ' + p for p in probes)}" if probes else None,
+              "lines": text.count("\n") + (1 if text and not text.endswith("\n") else 0)}
+    redactor = redactor or Redactor()
+    return {**redactor.data(result), "redaction": redactor.summary()}
+
+
+def render(result: Dict[str, Any], source: str) -> str:
+    """The answer as text for a terminal."""
+    out = [f"rocmcheck explain: {source} ({result['lines']:,} lines)"]
+    if not result["signatures"]:
+        out.append("Nothing recognised: no known GPU runtime or library failure appears in this text.")
+    else:
+        out.append("Recognised:")
+        for sig in result["signatures"]:
+            more = f" (seen on {sig['count']} lines)" if sig["count"] > len(sig["lines"]) else ""
+            out.append(f"  {sig['id']}: {sig['meaning']}{more}")
+            out += [f"    line {ln['line']}: {ln['text']}" for ln in sig["lines"]]
+    if result["known_issues"]:
+        out.append("Known issues, best first:")
+        for n, issue in enumerate(result["known_issues"], 1):
+            tag = "matches" if issue["confident"] else "possible"
+            out.append(f"  {n}. [{tag}] {issue['id']}: {issue.get('title', '')}")
+            if issue.get("workaround"):
+                out.append(f"     workaround: {issue['workaround']}")
+            out += [f"     {link}" for link in issue.get("links", [])]
+    stated = ", ".join(f"{k} {v}" for k, v in result["facts"].items())
+    out.append(f"Stated in the log: {stated or 'no arch, version or OS'}")
+    out += [f"  {note}" for note in result["checks"]]
+    if result["not_told"]:
+        out.append("Not told by the text:")
+        out += [f"  {note}" for note in result["not_told"]]
+    if result["confirm"]:
+        out.append(f"Confirm on this machine: {result['confirm']}")
+    out.append(result["redaction"])
+    return "\n".join(out)
