@@ -4,19 +4,22 @@ pytest plugin (`--rocm-*` options, `rocm_*` ini keys).
 `add_to_argparse` and `add_to_pytest` build each front-end's options from `OPTIONS`, as
 pytest-benchmark reuses its option functions; `layered` reads one value ini < environment <
 command line, as pytest-timeout does, and a bad value is a UsageError naming where it came
-from (`--rocm-timeout`, `ini option rocm_isolation`, `$ROCMCHECK_EXPECT_GPUS`).
+from (`--rocm-timeout`, `ini option rocm_isolation`, `$ROCMCHECK_EXPECT_GPUS`). It imports
+almost nothing: the pytest plugin loads it in every pytest run, `--rocm-matrix` or not.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from . import faults, registry
+from .context import FIRST_USE_LIMIT_S
 from .errors import UsageError
 
 ISOLATIONS = ("zygote", "spawn")
+INJECT_ENV = "ROCMCHECK_INJECT"
 DEVICE_HELP = ("auto (every visible GPU; inside a torchrun rank its LOCAL_RANK GPU; the CPU only on a host "
                "without GPU), all, cpu, or cuda:N[,M...] (ROCm GPUs use the cuda name too)")
 
@@ -33,12 +36,13 @@ def device(text: str) -> str:
 
 
 def positive(text: str) -> float:
+    """A finite positive number: `inf` or `1e309` would let a hung probe run forever."""
     try:
         value = float(text)
     except ValueError:
         raise ValueError(f"'{text}' is not a number") from None
-    if not value > 0:
-        raise ValueError(f"must be positive, not {text}")
+    if not 0 < value < math.inf:
+        raise ValueError(f"must be a finite positive number, not {text}")
     return value
 
 
@@ -55,6 +59,8 @@ def isolation(text: str) -> str:
 
 
 def inject(text: str) -> str:
+    from . import faults
+
     faults.parse(text)  # its own one-line UsageError names the unknown fault
     return text
 
@@ -88,11 +94,16 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
     Option("device", DEVICE_HELP, "DEVICE", device, "auto, all, cpu or cuda:N[,M...]", ini="string"),
     Option("isolation", "zygote: fork from a server that imported torch (POSIX default); spawn: fresh interpreter",
            "MODE", isolation, " or ".join(ISOLATIONS), choices=ISOLATIONS, ini="string"),
-    Option("timeout", "per-variant timeout in seconds (overrides each probe's own)", "S", positive,
-           "a positive number of seconds", ini="string", at_parse=True),
+    Option("timeout", "per-variant timeout in seconds (overrides each probe's own); it bounds everything the "
+           "variant does after GPU runtime init, its first use included, unless --first-use-timeout is given",
+           "S", positive, "a finite positive number of seconds", ini="string", at_parse=True),
+    Option("first_use_timeout", f"limit in seconds for a probe's first call (compilation, kernel search), kept "
+           f"apart from the timeout (default {FIRST_USE_LIMIT_S:g}, or the --timeout given)", "S", positive,
+           "a finite positive number of seconds", ini="string", at_parse=True),
     Option("inject", "inject faults, NAME[:ARG][@PROBE_GLOB],... (see: rocmcheck list --faults)", "FAULT[,FAULT]",
-           inject, env=faults.INJECT_ENV),
-    Option("probes_path", f"also load probe modules from DIR (repeatable; also ${registry.PROBES_PATH_ENV})", "DIR",
+           inject, env=INJECT_ENV),
+    Option("probes_path", "also load probe modules from DIR (repeatable; also $ROCMCHECK_PROBES_PATH, which "
+           "rocmcheck.registry reads)", "DIR",
            action="append", ini="paths"),
     Option("gate_only", "only variants in the gate (gate profile)", action="store_true", ini="bool"),
     Option("expect_gpus", "fail when torch sees fewer than N GPUs", "N", whole, "a whole number",

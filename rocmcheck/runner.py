@@ -29,7 +29,7 @@ from .safetext import clean, clean_tree
 from .storage import Journal, SCHEMA, SCHEMA_VERSION, report_json, report_paths, write_atomic
 from . import watchdog
 from .verdicts import assemble, end_summary, read_result, read_text
-from .watchdog import TEARDOWN_WAIT_S, ChildEnd, supervise
+from .watchdog import FIRST_USE_LIMIT_S, TEARDOWN_WAIT_S, ChildEnd, supervise
 
 GPU_VISIBLE = "gpu-visible"  # the probe that fails when the host has GPUs that torch cannot use
 FACTS_TIMEOUT_S = 120.0
@@ -64,7 +64,8 @@ def default_isolation() -> str:
 class RunOptions:
     device: str = "auto"
     isolation: str = field(default_factory=default_isolation)
-    timeout: Optional[float] = None  # overrides every probe's own timeout
+    timeout: Optional[float] = None  # overrides every probe's own timeout, and bounds first use too
+    first_use_timeout: Optional[float] = None  # bounds `ctx.first_use()` apart from the timeout (default: 120 s)
     inject: str = ""  # fault spec, see rocmcheck.faults
     profile: str = "full"
     probes_paths: List[str] = field(default_factory=list)
@@ -203,7 +204,9 @@ class Runner:
     def _supervise(self, child: ChildProcess, task: Dict[str, Any], device: str) -> ChildEnd:
         self._running[device] = (task.get("probe") or task["call"], child)
         try:
-            return supervise(child, float(task["timeout"]), task["started_path"], teardown_wait=self.opts.teardown_wait)
+            return supervise(child, float(task["timeout"]), task["started_path"],
+                             first_use_limit=task.get("first_use_limit", FIRST_USE_LIMIT_S),
+                             teardown_wait=self.opts.teardown_wait)
         finally:
             self._running.pop(device, None)
 
@@ -308,7 +311,7 @@ class Runner:
         task = self._task(probe=spec.id, params=variant.params, device=device.name,
                           device_requested=self.opts.device, device_facts=self.facts,
                           expect_gpus=self.opts.expect_gpus, profile=self.opts.profile,
-                          timeout=timeout, module_file=module_file(spec))
+                          timeout=timeout, first_use_limit=self.first_use_limit(), module_file=module_file(spec))
         variant_env = {**variant.env(), **(env or {})}
         log_since = kernellog.now()
         end = self._launch(task, variant_env, spec.fresh_interpreter)
@@ -325,6 +328,13 @@ class Runner:
         if verdict.status is Status.HANG and device.kind == "gpu":
             verdict.evidence["device_canary"] = self.device_canary(variant.id, device)
         return verdict
+
+    def first_use_limit(self) -> Optional[float]:
+        """What bounds a probe's `ctx.first_use()`: --first-use-timeout when given; else an explicit
+        --timeout bounds it as part of the variant (None); else the default limit."""
+        if self.opts.first_use_timeout is not None:
+            return self.opts.first_use_timeout
+        return None if self.opts.timeout is not None else FIRST_USE_LIMIT_S
 
     def device_canary(self, after: str, device: DeviceInfo) -> Dict[str, Any]:
         """After a hang on the GPU: does a tiny kernel in a fresh child still run? If not, the

@@ -34,7 +34,8 @@ def run_variants(options: RunOptions, variants: List[Variant],
                  markdown: Optional[Callable[[Dict], str]] = None) -> Dict:
     """Check the options, run `variants`; `markdown` renders the report's Markdown file."""
     options.device = check("device", options.device, "--device")
-    if options.timeout is not None:
-        check("timeout", options.timeout, "--timeout")
+    for name in ("timeout", "first_use_timeout"):
+        if getattr(options, name) is not None:
+            check(name, getattr(options, name), f"--{name.replace('_', '-')}")
     options.preload = sorted(set(options.preload) | set(preloads(variants)))
     return Runner(options, on_verdict, on_note, markdown).run(variants)

@@ -25,7 +25,7 @@ def add_selection(p: argparse.ArgumentParser) -> None:
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """The options of every command that runs probes (run, gate, report, doctor)."""
     add_selection(p)
-    add_to_argparse(p, "device", "isolation", "timeout", "inject")
+    add_to_argparse(p, "device", "isolation", "timeout", "first_use_timeout", "inject")
     p.set_defaults(device="auto")
     p.add_argument("--out-dir", type=Path, default=Path("reports"), metavar="DIR",
                    help="where the journal, JSON and Markdown go (default: reports/)")
@@ -41,7 +41,8 @@ def run_options(args: argparse.Namespace, profile: str, command: str) -> Any:
     before anything runs."""
     from ..runner import RunOptions
 
-    opts = RunOptions(device=args.device, timeout=args.timeout, profile=profile, probes_paths=args.probes_path,
+    opts = RunOptions(device=args.device, timeout=args.timeout, first_use_timeout=args.first_use_timeout,
+                      profile=profile, probes_paths=args.probes_path,
                       inject=layered("inject", args.inject, "--inject") or "", out_dir=args.out_dir,
                       json_path=None if to_stdout(args) else args.json, md_path=args.md, command=command,
                       expect_gpus=layered("expect_gpus", args.expect_gpus, "--expect-gpus"))
