@@ -13,6 +13,7 @@ import argparse
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from .context import FIRST_USE_LIMIT_S
@@ -111,6 +112,25 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
     Option("baseline", "report (.json) or journal (.jsonl) of an earlier run: only regressions against it fail",
            "FILE", ini="string"),
 )}
+
+
+def check_outputs(folders: Dict[str, Optional[Path]], files: Dict[str, Optional[Path]]) -> None:
+    """Where a command will write, by flag, checked before any probe runs: a folder (created when
+    missing) must not be a file, nor lie under one; a file (`-` is stdout) must not be a folder,
+    and its folder must exist (rocmcheck never creates it: a typo would scatter reports)."""
+    for flag, folder in folders.items():
+        ancestor = folder
+        while ancestor is not None and not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if ancestor is not None and ancestor.exists() and not ancestor.is_dir():
+            raise UsageError(f"{flag} {folder}: {ancestor} is a file, not a folder")
+    for flag, path in files.items():
+        if path is None or str(path) == "-":
+            continue
+        if path.is_dir():
+            raise UsageError(f"{flag} {path} is a folder: name a file")
+        if not path.parent.is_dir():
+            raise UsageError(f"{flag} {path}: the folder {path.parent} does not exist")
 
 
 def check(name: str, value: Any, where: str) -> Any:

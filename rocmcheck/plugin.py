@@ -120,12 +120,19 @@ def _setting(config: pytest.Config, name: str) -> Any:
 
 def read_settings(config: pytest.Config) -> Settings:
     """Every setting, validated now: a bad value is a usage error before any probe runs."""
+    from . import known_issues
+    from .options import check_outputs
+
     here = config.invocation_params.dir
     cli_paths = config.getoption("rocm_probes_path")
     baseline = config.getoption("rocm_baseline")
     ini_dir = config.inipath.parent if config.inipath else config.rootpath
+    out_dir = here / config.getoption("rocm_matrix")
+    html = here / config.getoption("rocm_html") if config.getoption("rocm_html") else None
+    check_outputs({"--rocm-matrix": out_dir}, {"--rocm-html": html})
+    known_issues.entries()  # a broken $ROCMCHECK_KNOWN_ISSUES file: a usage error now, not at the first failure
     return Settings(
-        out_dir=here / config.getoption("rocm_matrix"),
+        out_dir=out_dir,
         device=_setting(config, "device") or "auto",
         timeout=_setting(config, "timeout"),
         first_use_timeout=_setting(config, "first_use_timeout"),
@@ -136,7 +143,7 @@ def read_settings(config: pytest.Config) -> Settings:
         baseline=here / baseline if baseline else (ini_dir / config.getini("rocm_baseline")
                                                    if config.getini("rocm_baseline") else None),
         inject=_setting(config, "inject") or "",
-        html=here / config.getoption("rocm_html") if config.getoption("rocm_html") else None,
+        html=html,
     )
 
 

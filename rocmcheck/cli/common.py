@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, TextIO
 from .. import __version__
 from ..errors import UsageError
 from ..model import ExitCode, Variant, Verdict, is_bad
-from ..options import add_to_argparse, layered
+from ..options import add_to_argparse, check_outputs, layered
 from ..render import verdict_line
 from ..storage import report_paths
 
@@ -41,6 +41,7 @@ def run_options(args: argparse.Namespace, profile: str, command: str) -> Any:
     before anything runs."""
     from ..runner import RunOptions
 
+    check_outputs({"--out-dir": args.out_dir}, {"--json": args.json, "--md": args.md})
     opts = RunOptions(device=args.device, timeout=args.timeout, first_use_timeout=args.first_use_timeout,
                       profile=profile, probes_paths=args.probes_path,
                       inject=layered("inject", args.inject, "--inject") or "", out_dir=args.out_dir,

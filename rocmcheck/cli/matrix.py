@@ -8,6 +8,7 @@ from typing import Any
 
 from ..matrix import build, markdown_text, report_files, terminal_text
 from ..model import ExitCode
+from ..options import check_outputs
 
 
 def register(sub: Any) -> None:
@@ -25,6 +26,7 @@ def register(sub: Any) -> None:
 def cmd_matrix(args: argparse.Namespace) -> int:
     from ..storage import load_report, write_atomic
 
+    check_outputs({}, {"--md": args.md, "--json": args.json, "--html": args.html})
     unique = list(dict.fromkeys(report_files(args.files)))  # the same file named twice counts once
     matrix = build([(str(path), load_report(path)) for path in unique])
     print(terminal_text(matrix))

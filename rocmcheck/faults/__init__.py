@@ -93,9 +93,13 @@ def parse(spec: str) -> List[FaultRequest]:
     """Parse and validate an injection spec; unknown names are a UsageError."""
     known = catalogue()
     requests = []
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        body, _, scope = part.partition("@")
+    parts = [p.strip() for p in spec.split(",")] if spec.strip() else []
+    for part in parts:
+        body, at, scope = part.partition("@")
         name, _, arg = body.partition(":")
+        if not part or (at and not scope):
+            raise UsageError(f"fault spec '{spec}' has an empty {'fault' if not part else 'probe glob after @'}: "
+                             "write NAME[:ARG][@PROBE_GLOB][,...]")
         if name not in known:
             raise UsageError(f"unknown fault '{name}' (see: rocmcheck list --faults)")
         known[name].check_arg(arg or None)
