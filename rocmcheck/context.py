@@ -10,7 +10,6 @@ from typing import Any, Dict, Iterator, List, NoReturn, Optional
 from .errors import Skip
 
 FIRST_USE_SUFFIX = ".first-use"  # beside the watchdog's start marker while a probe is in `first_use()`
-FIRST_USE_LIMIT_S = 120.0  # what bounds `first_use()` by default: a cold cache (MIOpen's first conv took 63 s)
 TF32_OVERRIDE_ENV = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
 
 
@@ -85,8 +84,8 @@ class ProbeContext:
     def first_use(self) -> Iterator[None]:
         """Wrap one first call that compiles or autotunes (a cold MIOpen cache took 63 s for
         resnet18 on an MI50), never a whole step: its time is measured as `first_use_s` and,
-        by default, bounded by its own limit (`FIRST_USE_LIMIT_S`) instead of the probe's
-        timeout; an explicit --timeout bounds it too."""
+        by default, bounded by its own limit (--first-use-timeout, 120 s) instead of the
+        probe's timeout; an explicit --timeout bounds it too."""
         began = time.time()
         if self.started_path:
             open(self.started_path + FIRST_USE_SUFFIX, "w").close()

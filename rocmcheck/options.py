@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from .context import FIRST_USE_LIMIT_S
 from .errors import UsageError
 
 ISOLATIONS = ("zygote", "spawn")
 INJECT_ENV = "ROCMCHECK_INJECT"
+FIRST_USE_LIMIT_S = 120.0  # bounds a probe's first call by default: a cold cache (MIOpen's first conv took 63 s)
 DEVICE_HELP = ("auto (every visible GPU; inside a torchrun rank its LOCAL_RANK GPU; the CPU only on a host "
                "without GPU), all, cpu, or cuda:N[,M...] (ROCm GPUs use the cuda name too)")
 

@@ -23,13 +23,13 @@ from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues
 from .errors import TorchMissing, UsageError
 from .launch import ChildProcess, IsolationServerDied, SpawnLauncher
 from .model import DeviceInfo, Status, Variant, Verdict
-from .options import ISOLATIONS
+from .options import FIRST_USE_LIMIT_S, ISOLATIONS
 from .registry import module_file
 from .safetext import clean, clean_tree
 from .storage import Journal, SCHEMA, SCHEMA_VERSION, report_json, report_paths, write_atomic
 from . import watchdog
 from .verdicts import assemble, end_summary, read_result, read_text
-from .watchdog import FIRST_USE_LIMIT_S, TEARDOWN_WAIT_S, ChildEnd, supervise
+from .watchdog import TEARDOWN_WAIT_S, ChildEnd, supervise
 
 GPU_VISIBLE = "gpu-visible"  # the probe that fails when the host has GPUs that torch cannot use
 FACTS_TIMEOUT_S = 120.0
@@ -205,7 +205,7 @@ class Runner:
         self._running[device] = (task.get("probe") or task["call"], child)
         try:
             return supervise(child, float(task["timeout"]), task["started_path"],
-                             first_use_limit=task.get("first_use_limit", FIRST_USE_LIMIT_S),
+                             first_use_limit=task.get("first_use_limit"),  # None: the timeout bounds it
                              teardown_wait=self.opts.teardown_wait)
         finally:
             self._running.pop(device, None)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Optional
 
 from .capture import OutputDrain
-from .context import FIRST_USE_LIMIT_S, FIRST_USE_SUFFIX
+from .context import FIRST_USE_SUFFIX
 from .launch import ChildProcess
 from .proctree import process_state
 
@@ -93,7 +93,7 @@ def _started_at(path: Optional[str]) -> Optional[float]:
 
 
 def supervise(child: ChildProcess, timeout: float, started_path: Optional[str] = None,
-              startup_limit: float = STARTUP_LIMIT_S, first_use_limit: Optional[float] = FIRST_USE_LIMIT_S,
+              startup_limit: float = STARTUP_LIMIT_S, first_use_limit: Optional[float] = None,
               teardown_wait: float = TEARDOWN_WAIT_S) -> ChildEnd:
     """Wait for `child`; always returns, always leaves no tree behind (save an unkillable
     process). The child marks `started_path` once its interpreter, `import torch` and the GPU
