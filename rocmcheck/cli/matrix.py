@@ -30,12 +30,17 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     unique = list(dict.fromkeys(report_files(args.files)))  # the same file named twice counts once
     matrix = build([(str(path), load_report(path)) for path in unique])
     print(terminal_text(matrix))
-    if args.md:
-        write_atomic(args.md, markdown_text(matrix))
-    if args.json:
-        write_atomic(args.json, json.dumps(matrix, indent=2, default=str) + "\n")
-    if args.html:
-        from ..matrix_html import html_page
-
-        write_atomic(args.html, html_page(matrix))
+    outputs = [(args.md, lambda: markdown_text(matrix)),
+               (args.json, lambda: json.dumps(matrix, indent=2, default=str) + "\n"),
+               (args.html, lambda: _html(matrix))]
+    for path, text in outputs:
+        if path is not None:
+            write_atomic(path, text())
+            print(f"wrote {path}")
     return ExitCode.OK
+
+
+def _html(matrix: Any) -> str:
+    from ..matrix_html import html_page
+
+    return html_page(matrix)
