@@ -98,7 +98,7 @@ def test_env_reports_torch_and_host_facts(tmp_path):
     assert fp["host"]["env"]["HSA_OVERRIDE_GFX_VERSION"] == "11.0.0"
     assert "HF_TOKEN" not in out.stdout
     text = cli("env")
-    assert "torch" in text.stdout and "Python" in text.stdout
+    assert "torch" in text.stdout and "Python" in text.stdout and "host GPUs" in text.stdout
 
 
 def test_runs_from_any_directory(tmp_path):
