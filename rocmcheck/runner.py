@@ -204,9 +204,13 @@ class Runner:
     def _supervise(self, child: ChildProcess, task: Dict[str, Any], device: str) -> ChildEnd:
         self._running[device] = (task.get("probe") or task["call"], child)
         try:
-            return supervise(child, float(task["timeout"]), task["started_path"],
-                             first_use_limit=task.get("first_use_limit"),  # None: the timeout bounds it
-                             teardown_wait=self.opts.teardown_wait)
+            limit = task.get("first_use_limit")  # None: the timeout bounds it
+            bound = f"its limit {limit:g}s" if limit is not None else f"the timeout {float(task['timeout']):g}s"
+            where = f" on {device}" if device.startswith("cuda") else ""
+            say = lambda s: self.on_note(f"{task['variant']}{where}: in first use (compiling or searching "  # noqa: E731
+                                         f"kernels) for {s:.0f}s, within {bound}")
+            return supervise(child, float(task["timeout"]), task["started_path"], first_use_limit=limit,
+                             teardown_wait=self.opts.teardown_wait, on_first_use=say if "variant" in task else None)
         finally:
             self._running.pop(device, None)
 
@@ -308,7 +312,7 @@ class Runner:
         if reason:
             return Verdict(spec.id, variant.id, Status.SKIP, dict(variant.params), reason)
         timeout = timeout or self.opts.timeout or spec.timeout
-        task = self._task(probe=spec.id, params=variant.params, device=device.name,
+        task = self._task(probe=spec.id, variant=variant.id, params=variant.params, device=device.name,
                           device_requested=self.opts.device, device_facts=self.facts,
                           expect_gpus=self.opts.expect_gpus, profile=self.opts.profile,
                           timeout=timeout, first_use_limit=self.first_use_limit(), module_file=module_file(spec))

@@ -12,7 +12,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 from .capture import OutputDrain
 from .context import FIRST_USE_SUFFIX
@@ -23,6 +23,7 @@ STACK_WAIT_S = 0.3
 TERM_GRACE_S = 0.5
 KILL_WAIT_S = 1.0  # after an interrupt: the user is waiting
 TEARDOWN_WAIT_S = 30.0  # after SIGKILL on timeout: a GPU process spends seconds in driver teardown (state D)
+FIRST_USE_PROGRESS_S = 15.0  # while a probe is in first use (a compile, a cold kernel search): say so this often
 STARTUP_LIMIT_S = 120.0  # interpreter start, `import torch` and GPU runtime init (a cold start): not the timeout
 SIGKILL = getattr(signal, "SIGKILL", 9)  # Windows: the job is terminated instead
 
@@ -94,18 +95,21 @@ def _started_at(path: Optional[str]) -> Optional[float]:
 
 def supervise(child: ChildProcess, timeout: float, started_path: Optional[str] = None,
               startup_limit: float = STARTUP_LIMIT_S, first_use_limit: Optional[float] = None,
-              teardown_wait: float = TEARDOWN_WAIT_S) -> ChildEnd:
+              teardown_wait: float = TEARDOWN_WAIT_S,
+              on_first_use: Optional[Callable[[float], None]] = None) -> ChildEnd:
     """Wait for `child`; always returns, always leaves no tree behind (save an unkillable
     process). The child marks `started_path` once its interpreter, `import torch` and the GPU
     runtime are up (all within `startup_limit`); `timeout` runs from there. With a
     `first_use_limit`, time inside `ctx.first_use()` is bounded by it instead and left out of
     the timeout (the child moves the marker forward by it); with None, the timeout bounds
     everything after the marker, first use included. `elapsed_s` is wall time from the marker.
-    An interrupt (Ctrl-C, SIGTERM) kills the tree and re-raises."""
+    `on_first_use(seconds)` hears every FIRST_USE_PROGRESS_S of one first use (minutes of
+    compiling must not look like a hang). An interrupt (Ctrl-C, SIGTERM) kills the tree and re-raises."""
     drain = OutputDrain(child.out_fd)
     start = time.monotonic()
     began = None if started_path else start  # first sight of the marker: where the wall time runs from
     end = ChildEnd(returncode=None, elapsed_s=0.0)
+    said: tuple = (None, 0)  # (when the current first use began, progress lines said about it)
     try:
         while end.returncode is None and not child.lost:
             shifted = _started_at(started_path) if started_path else None  # moved forward by first use
@@ -117,6 +121,14 @@ def supervise(child: ChildProcess, timeout: float, started_path: Optional[str] =
                 deadline = warming + first_use_limit
             else:
                 deadline = (began if first_use_limit is None else shifted or began) + timeout
+            if warming is None:
+                said = (None, 0)
+            elif on_first_use is not None:
+                since, count = said if said[0] is not None else (warming, 0)  # as first seen: re-reads jitter
+                if time.monotonic() - since >= (count + 1) * FIRST_USE_PROGRESS_S:
+                    on_first_use(time.monotonic() - since)
+                    count += 1
+                said = (since, count)
             left = deadline - time.monotonic()
             if left <= 0:
                 end.timed_out = True
