@@ -117,7 +117,8 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
 def check_outputs(folders: Dict[str, Optional[Path]], files: Dict[str, Optional[Path]]) -> None:
     """Where a command will write, by flag, checked before any probe runs: a folder (created when
     missing) must not be a file, nor lie under one; a file (`-` is stdout) must not be a folder,
-    and its folder must exist (rocmcheck never creates it: a typo would scatter reports)."""
+    and its folder must exist or be one of `folders` (rocmcheck creates no other: a typo in
+    `--json /nonexistent/dir/run.json` would scatter reports)."""
     for flag, folder in folders.items():
         ancestor = folder
         while ancestor is not None and not ancestor.exists() and ancestor != ancestor.parent:
@@ -129,7 +130,8 @@ def check_outputs(folders: Dict[str, Optional[Path]], files: Dict[str, Optional[
             continue
         if path.is_dir():
             raise UsageError(f"{flag} {path} is a folder: name a file")
-        if not path.parent.is_dir():
+        made = {Path(os.path.abspath(f)) for f in folders.values() if f is not None}
+        if not path.parent.is_dir() and Path(os.path.abspath(path.parent)) not in made:
             raise UsageError(f"{flag} {path}: the folder {path.parent} does not exist")
 
 

@@ -219,7 +219,7 @@ def test_help_and_from_do_not_import_torch(tmp_path):
 
 
 def test_without_from_it_reports_the_newest_complete_run_and_says_so(tmp_path, monkeypatch, capsys):
-    """Issue 21 §8: `report` alone re-ran the whole full profile (about 4 minutes) without a
+    """Issue 21, section 8: `report` alone re-ran the whole full profile (about 4 minutes) without a
     word. The newest complete run in the out-dir is used and named; a partial run, an older run
     and the bug report's own JSON twin are not."""
     import os

@@ -121,8 +121,7 @@ BAD_KNOWN_ISSUES = '{"issues": [{"id": "mine", "probe": "fake-*", "message": "(u
     (lambda d: ["run", "--md", str(d / "a-folder")], "--md * is a folder: name a file"),
     (lambda d: ["run", "--json", str(d / "missing" / "r.json")], "the folder * does not exist"),
     (lambda d: ["matrix", str(d / "good.json"), "--html", str(d / "a-folder")], "--html * is a folder"),
-    (lambda d: ["report", "--from", str(d / "good.json"), "-o", str(d / "missing" / "r.md")],
-     "the folder * does not exist"),
+    (lambda d: ["report", "--from", str(d / "good.json"), "-o", str(d / "a-folder")], "-o * is a folder"),
     (lambda d: ["run", "--timeout", "inf"], "must be a finite positive number, not inf"),
     (lambda d: ["run", "--timeout", "1e309"], "must be a finite positive number, not 1e309"),
     (lambda d: ["run", "--timeout", "nan"], "must be a finite positive number, not nan"),
@@ -135,11 +134,11 @@ BAD_KNOWN_ISSUES = '{"issues": [{"id": "mine", "probe": "fake-*", "message": "(u
     (lambda d: ["report", "--from", _long_schema(d / "long.json")], "schema version 1111*… is not supported"),
     (lambda d: ["run", "--probes-path", FAKE, "--probe", "fake-pass"],
      "*known.json': entry 'mine': 'message' is not a valid regular expression*"),
-], ids=["out-dir-file", "out-dir-under-file", "md-folder", "json-missing-folder", "html-folder", "o-missing-folder",
+], ids=["out-dir-file", "out-dir-under-file", "md-folder", "json-missing-folder", "html-folder", "o-folder",
         "timeout-inf", "timeout-1e309", "timeout-nan", "timeout-negative", "first-use-zero", "inject-comma",
         "inject-empty-glob", "matrix-long-schema", "diff-long-schema", "report-long-schema", "known-issues"])
 def test_bad_input_fails_in_one_line_before_any_probe_runs(tmp_path, monkeypatch, capsys, make_args, message):
-    """Issue 21 §7: each is a one-line error and exit 2, before a runner exists, leaving no file."""
+    """Issue 21, section 7: each is a one-line error and exit 2, before a runner exists, leaving no file."""
     from fnmatch import fnmatch
 
     from rocmcheck import cli, runner
@@ -160,3 +159,11 @@ def test_bad_input_fails_in_one_line_before_any_probe_runs(tmp_path, monkeypatch
     lines = err.strip().splitlines()
     assert len(lines) == 1 and fnmatch(lines[0], f"rocmcheck: error: *{message}*"), err
     assert started == [] and sorted(tmp_path.rglob("*")) == before  # no probe ran, nothing written or created
+
+
+def test_a_file_may_go_in_the_out_dir_the_run_creates(tmp_path):
+    from rocmcheck.options import check_outputs
+
+    new, attach = tmp_path / "reports", tmp_path / "attach"
+    check_outputs({"--out-dir": new, "-o": attach}, {"--json": new / "run.json", "-o": attach / "bug.md"})
+    assert not new.exists()  # checked, nothing created

@@ -126,7 +126,7 @@ def test_matrix_groups_identical_fingerprints_and_the_worst_status_wins(tmp_path
 
 
 def test_matrix_counts_a_run_once_groups_a_probes_rows_and_says_where_it_wrote(tmp_path: Path, capsys) -> None:
-    """Issue 21 §8: the bug report's JSON twin beside its run was a second run (`FAIL 2/2` for
+    """Issue 21, section 8: the bug report's JSON twin beside its run was a second run (`FAIL 2/2` for
     one failing run); rows followed the first report's order, so a probe's variants were split
     (a multi-GPU run interleaves them); `--html` wrote silently."""
     runs = tmp_path / "runs"

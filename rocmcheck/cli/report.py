@@ -77,7 +77,7 @@ def _run_or_load(args: argparse.Namespace) -> Dict[str, Any]:
 def cmd_report(args: argparse.Namespace) -> int:
     if args.output is not None and args.output.suffix == ".json":
         raise UsageError("-o names the Markdown file; its JSON twin is written beside it")
-    check_outputs({"--out-dir": args.out_dir}, {"-o": args.output})
+    check_outputs({"--out-dir": args.out_dir, "-o": args.output.parent if args.output else None}, {"-o": args.output})
     report = _run_or_load(args)
     run_id = re.sub(r"[^A-Za-z0-9_.-]+", "-", str((report.get("run") or {}).get("id") or "unknown"))
     md_path = args.output or args.out_dir / f"rocmcheck-report-{run_id}.md"
