@@ -13,6 +13,9 @@ VENV_FLAGS ?=
 TORCH ?=
 TORCH_INDEX ?=
 TORCH_NO_GPU ?= torch==2.13.0
+# where a host without GPU gets it: empty is pip's configured index (offline CI's local wheels);
+# TORCH_NO_GPU_INDEX=https://download.pytorch.org/whl/cpu takes PyTorch's CPU-only wheels, not PyPI's CUDA ones
+TORCH_NO_GPU_INDEX ?=
 PYTEST_ARGS ?=
 # pytest-xdist workers; loadscope keeps each module's shared fixtures (a venv, a recorded run) in one worker
 PYTEST_WORKERS ?= 2
@@ -27,6 +30,7 @@ $(VENV)/.installed: pyproject.toml
 		echo "rocmcheck: reusing torch $$($(BIN)/python -c 'import torch; print(torch.__version__)'), already importable here"; \
 	else \
 		args=$$($(BIN)/python -m rocmcheck.hostgpu --no-gpu-requirement "$(TORCH_NO_GPU)" \
+			--no-gpu-index "$(TORCH_NO_GPU_INDEX)" \
 			$(if $(TORCH),--requirement "$(TORCH)") $(if $(TORCH_INDEX),--index "$(TORCH_INDEX)")) && \
 		echo "$(BIN)/python -m pip install -q $$args" && $(BIN)/python -m pip install -q $$args; \
 	fi

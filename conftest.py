@@ -19,7 +19,7 @@ FAKE_PROBES = Path(__file__).parent / "tests" / "fake_probes"
 def run_probes(probe: str = "*", inject: str = "", device: str = "cpu", isolation: Optional[str] = None,
                timeout: Optional[float] = None, keyword: str = "", probes_path: List[str] = (),
                env: Optional[Dict[str, str]] = None, profile: str = "full",
-               gate_only: bool = False) -> List[dict]:
+               gate_only: bool = False, first_use_timeout: Optional[float] = None) -> List[dict]:
     """Run probes through the real runner (children, watchdog) and return verdict dicts."""
     from rocmcheck import registry
     from rocmcheck.runner import RunOptions
@@ -28,7 +28,8 @@ def run_probes(probe: str = "*", inject: str = "", device: str = "cpu", isolatio
 
     specs = registry.load_all(probes_path)
     variants = select(specs, [probe], keyword, gate_only=gate_only)
-    opts = RunOptions(device=device, inject=inject, timeout=timeout, probes_paths=list(probes_path),
+    opts = RunOptions(device=device, inject=inject, timeout=timeout, first_use_timeout=first_use_timeout,
+                      probes_paths=list(probes_path),
                       env=dict(env or {}), profile=profile, write_files=False)
     if isolation:
         opts.isolation = isolation

@@ -9,9 +9,13 @@ Run: python -m pytest benchmarks/bench_plugin_gate.py --benchmark-columns=min,me
   that work (sum of `probe_s`), the children's wall time and the verdict counts.
 - group "plugin": `pytest` on a one-test file with the plugin autoloaded (no
   --rocm-matrix) against `-p no:rocmcheck`. Bar: no measurable difference.
+- group "plugin-import": what the plugin costs a pytest run without --rocm-matrix, in process
+  (pytest already imported, rocmcheck not): importing `rocmcheck.plugin` and declaring its
+  options. Bar: under 10 ms (it was 30-50 ms when the package imported its probe API at once).
 """
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +81,39 @@ def test_pytest_with_plugin_autoloaded(benchmark, trivial_project: Path) -> None
 def test_pytest_with_plugin_disabled(benchmark, trivial_project: Path) -> None:
     _timed(benchmark, [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:rocmcheck",
                        "test_trivial.py"], trivial_project)
+
+
+class _Options:
+    """Stands in for pytest's parser and option group: records what the plugin declares."""
+
+    def __init__(self) -> None:
+        self.declared: List[str] = []
+
+    def getgroup(self, *args, **kwargs) -> "_Options":
+        return self
+
+    def addoption(self, *names, **kwargs) -> None:
+        self.declared.extend(names)
+
+    def addini(self, name, *args, **kwargs) -> None:
+        self.declared.append(name)
+
+
+def _forget_rocmcheck() -> tuple:
+    for name in [m for m in sys.modules if m == "rocmcheck" or m.startswith("rocmcheck.")]:
+        del sys.modules[name]
+    return (), {}
+
+
+def _load_plugin() -> _Options:
+    options = _Options()
+    importlib.import_module("rocmcheck.plugin").pytest_addoption(options)
+    return options
+
+
+@pytest.mark.benchmark(group="plugin-import")
+def test_plugin_import_without_the_flag(benchmark, monkeypatch) -> None:
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # as installed: compiled once (pip does at install)
+    options = benchmark.pedantic(_load_plugin, setup=_forget_rocmcheck, rounds=30, warmup_rounds=2)
+    assert "--rocm-matrix" in options.declared
+    benchmark.extra_info["rocmcheck_modules"] = sorted(m for m in sys.modules if m.startswith("rocmcheck"))

@@ -14,10 +14,20 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .context import ProbeContext
 from .errors import GateFailed, ProbeFailure, RocmcheckError, Skip, TorchMissing, UsageError
-from .faults import fault
-from .registry import probe
+
+_LAZY = {"ProbeContext": "context", "fault": "faults", "probe": "registry"}  # loaded at first use: the
+# pytest plugin imports this package in every pytest run, and without --rocm-matrix needs none of them
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'rocmcheck' has no attribute '{name}'")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
 
 
 def gate(*args, **kwargs):

@@ -89,7 +89,8 @@ def run_probe(task: Dict[str, Any]) -> Dict[str, Any]:
     spec = registry.get(task["probe"])
     if spec is None:
         return {"status": Status.ERROR.value, "message": f"probe '{task['probe']}' not found in the child"}
-    installed = faults.install(faults.parse(task.get("faults", "")), spec.id)
+    requests = faults.parse(task.get("faults", ""))
+    installed = faults.install(requests, spec.id, in_probe=False)
     init_start = time.perf_counter()
     try:
         runtime_init(task["device"])
@@ -107,6 +108,7 @@ def run_probe(task: Dict[str, Any]) -> Dict[str, Any]:
     start = time.perf_counter()
     ended: Optional[BaseException] = None
     try:
+        installed += faults.install(requests, spec.id, in_probe=True)  # a hang or crash the probe meets
         returned = spec.func(ctx, **ctx.params)
         ctx.synchronize()
         if isinstance(returned, dict):

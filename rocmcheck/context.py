@@ -83,9 +83,10 @@ class ProbeContext:
 
     @contextlib.contextmanager
     def first_use(self) -> Iterator[None]:
-        """Wrap a first call that compiles or autotunes (a cold MIOpen cache took 63 s for
-        resnet18 on an MI50): its time is measured as `first_use_s` and kept out of the
-        probe's timeout, within the watchdog's separate first-use limit."""
+        """Wrap one first call that compiles or autotunes (a cold MIOpen cache took 63 s for
+        resnet18 on an MI50), never a whole step: its time is measured as `first_use_s` and,
+        by default, bounded by its own limit (--first-use-timeout, 120 s) instead of the
+        probe's timeout; an explicit --timeout bounds it too."""
         began = time.time()
         if self.started_path:
             open(self.started_path + FIRST_USE_SUFFIX, "w").close()

@@ -131,6 +131,17 @@ def show_config_versions(config: str) -> Dict[str, Optional[str]]:
     return found
 
 
+def dnn_version(number: Any, rocm: bool) -> Any:
+    """`torch.backends.cudnn.version()` as text: MIOpen's MAJOR*1000000 + MINOR*1000 + PATCH on
+    ROCm (3004000 = 3.4.0), cuDNN 9's MAJOR*10000 + MINOR*100 + PATCH (92400 = 9.24.0), cuDNN 8's
+    and older MAJOR*1000 + MINOR*100 + PATCH (8907 = 8.9.7)."""
+    if not isinstance(number, int) or isinstance(number, bool) or number <= 0:
+        return number
+    major, rest = divmod(number, 1_000_000 if rocm else 10_000 if number >= 90_000 else 1_000)
+    minor, patch = divmod(rest, 1_000 if rocm else 100)
+    return f"{major}.{minor}.{patch}"
+
+
 def _library_facts(torch: Any) -> Dict[str, Any]:
     """Driver and library versions: each one bounded in time and guarded."""
     from torch.utils import collect_env
@@ -144,7 +155,7 @@ def _library_facts(torch: Any) -> Dict[str, Any]:
         "nvidia_driver": host.nvidia_driver or (guarded(lambda: collect_env.get_nvidia_driver_version(run_cmd))
                                                 if torch.version.cuda else None),
         "amdgpu_driver": host.amdgpu_version,
-        "cudnn": guarded(torch.backends.cudnn.version),  # MIOpen's on ROCm builds
+        "cudnn": dnn_version(guarded(torch.backends.cudnn.version), bool(torch.version.hip)),  # MIOpen's on ROCm
         "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl,  # RCCL's on ROCm builds
     }
     if torch.version.hip:
@@ -185,7 +196,10 @@ def summary(fingerprint: Dict[str, Any]) -> str:
     host = fingerprint.get("host") or {}
     backend = dfacts.get("backend") or "cpu"
     version = dfacts.get("rocm") or dfacts.get("hip") if backend == "rocm" else dfacts.get("cuda")
-    parts = [dev.get("arch") or dev.get("name") or "cpu", f"{backend} {version}" if version else backend,
+    build = f"{backend} {version}" if version else backend
+    if backend == "cpu" and version:  # a CUDA build that sees no GPU (backend cpu): not "cpu 13.0"
+        build = f"CUDA {version} build, no GPU visible"
+    parts = [dev.get("arch") or dev.get("name") or "cpu", build,
              f"torch {dfacts.get('torch', '?')}", host.get("system") or "?"]
     return " / ".join(str(p) for p in parts)
 

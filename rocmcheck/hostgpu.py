@@ -29,11 +29,12 @@ TORCH_INDEX_ENV = "ROCMCHECK_TORCH_INDEX"  # an index URL that overrides the cho
 # https://pytorch.org/get-started/locally/ lists the current one.
 ROCM_INDEX = "https://download.pytorch.org/whl/rocm6.4"
 CUDA_WINDOWS_INDEX = "https://download.pytorch.org/whl/cu128"  # pip's default torch on Windows is a CPU build
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyPI's Linux torch brings GBs of CUDA libraries a CPU never uses
 VENDORS = {"0x1002": "amd", "0x10de": "nvidia", "0x8086": "intel"}
 # PCI base classes of a GPU: 0x03 display (VGA 0x0300, 3D 0x0302, other 0x0380), 0x12 processing accelerator
 GPU_CLASSES = ("0x03", "0x12")
 USABLE_DRIVERS = {"amd": "amdgpu", "nvidia": "nvidia"}
-BUILD_NAMES = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU", "default": "default", "override": "chosen"}
+BUILD_NAMES = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU", "override": "chosen"}
 WANTS = {"amd": "rocm", "nvidia": "cuda"}  # the build that computes on each vendor's GPUs
 VISIBLE_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 
@@ -277,7 +278,7 @@ def arch_advice(card: str, arch_list: Optional[Sequence[str]], override: Optiona
 
 @dataclass(frozen=True)
 class TorchChoice:
-    build: str  # rocm, cuda or default
+    build: str  # rocm, cuda, cpu or override
     pip_args: Tuple[str, ...]  # after `pip install`
     reason: str
 
@@ -286,9 +287,11 @@ class TorchChoice:
 
 
 def torch_choice(host: HostGpus, requirement: Optional[str] = None, index: Optional[str] = None,
-                 no_gpu_requirement: str = "torch", platform: str = sys.platform) -> TorchChoice:
+                 no_gpu_requirement: str = "torch", platform: str = sys.platform,
+                 no_gpu_index: str = CPU_INDEX) -> TorchChoice:
     """The torch build that fits this host. `requirement` (a version spec) and `index` (or
-    $ROCMCHECK_TORCH_INDEX) always win; `no_gpu_requirement` is what a host without GPUs gets."""
+    $ROCMCHECK_TORCH_INDEX) always win; a host without GPUs gets `no_gpu_requirement` from
+    `no_gpu_index` (PyTorch's CPU wheels; '' for pip's own configured index)."""
     index = index or os.environ.get(TORCH_INDEX_ENV) or None
     amd, nvidia = host.gpus("amd"), host.gpus("nvidia")
     if index:
@@ -302,8 +305,8 @@ def torch_choice(host: HostGpus, requirement: Optional[str] = None, index: Optio
         extra = ("--index-url", CUDA_WINDOWS_INDEX) if platform == "win32" else ()
         return TorchChoice("cuda", (requirement or "torch", *extra),
                            f"this host has {nvidia} NVIDIA GPU{'s' * (nvidia > 1)}{also}: PyTorch's CUDA build")
-    return TorchChoice("default", (requirement or no_gpu_requirement,),
-                       "this host has no GPU: the default build runs on the CPU")
+    where = ("--index-url", no_gpu_index) if no_gpu_index else ()
+    return TorchChoice("cpu", (requirement or no_gpu_requirement, *where), "this host has no GPU: PyTorch's CPU build")
 
 
 @dataclass(frozen=True)
@@ -390,8 +393,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--requirement", default=None, help="torch requirement for any host (overrides the choice)")
     parser.add_argument("--index", default=None, help="wheel index URL (overrides the choice)")
     parser.add_argument("--no-gpu-requirement", default="torch", help="torch requirement on a host without GPU")
+    parser.add_argument("--no-gpu-index", default=CPU_INDEX,
+                        help="wheel index on a host without GPU ('' for pip's configured index)")
     args = parser.parse_args(argv)
-    choice = torch_choice(read(), args.requirement, args.index, args.no_gpu_requirement)
+    choice = torch_choice(read(), args.requirement, args.index, args.no_gpu_requirement,
+                          no_gpu_index=args.no_gpu_index)
     print(f"rocmcheck: installing torch: {choice.build} build, because {choice.reason}", file=sys.stderr)
     print(" ".join(choice.pip_args))
     return 0

@@ -74,7 +74,33 @@ def _load_file(path: Path) -> List[Dict[str, Any]]:
     if not isinstance(entries, list) or not all(isinstance(e, dict) and e.get("id") and e.get("probe")
                                                   for e in entries):
         raise UsageError(f"known-issues file '{path}': expected {{\"issues\": [{{\"id\":..., \"probe\":...}}]}}")
+    for entry in entries:
+        problem = _problem(entry)
+        if problem:
+            raise UsageError(f"known-issues file '{path}': entry '{str(entry['id'])[:60]}': {problem}")
     return entries
+
+
+def _problem(entry: Dict[str, Any]) -> Optional[str]:
+    """What makes an entry unusable, found when the file is loaded (at the start of a run), not
+    when the first failing verdict is matched against it."""
+    for key in ("id", "probe", "variant", "backend", "message", "title", "workaround", *VERSION_KEYS):
+        if key in entry and not isinstance(entry[key], str):
+            return f"'{key}' must be a string"
+    for key in ("status", "arch", "os", "links"):
+        if key in entry and not (isinstance(entry[key], list) and all(isinstance(v, str) for v in entry[key])):
+            return f"'{key}' must be a list of strings"
+    unknown = sorted(set(entry.get("status", [])) - {s.value for s in Status})
+    if unknown:
+        return f"unknown status '{unknown[0]}'"
+    for key in VERSION_KEYS:
+        if key in entry and not all(_RANGE_RE.match(c) for c in filter(None, map(str.strip, entry[key].split(",")))):
+            return f"version range {key} '{entry[key][:40]}' is not valid (e.g. '>=2.9,<2.12')"
+    try:
+        re.compile(entry.get("message", ""))
+    except re.error as exc:
+        return f"'message' is not a valid regular expression ({exc})"
+    return None
 
 
 @lru_cache(maxsize=None)
@@ -84,6 +110,8 @@ def _entries(extra: str) -> Tuple[Dict[str, Any], ...]:
 
 
 def entries() -> Tuple[Dict[str, Any], ...]:
+    """Every entry, built in and from $ROCMCHECK_KNOWN_ISSUES, checked (a UsageError otherwise):
+    called before a run starts, so a broken file is bad input, not an error at the first failure."""
     return _entries(os.environ.get(KNOWN_ISSUES_ENV, ""))
 
 

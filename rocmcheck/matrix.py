@@ -1,13 +1,15 @@
 """`rocmcheck matrix FILE...`: one compatibility matrix from the reports of many machines.
 
-Rows are probe variants (in the order the reports first list them); columns are
+Rows are probe variants, one probe's variants together (probes and variants in the order the
+reports first list them); columns are
 machines, labelled by their fingerprint summary (arch, backend and version, torch,
 OS), the worst first; a report from several GPUs has a column per GPU. Reports with the
 same label are one column. A folder stands for
 the reports in it (a fleet's node reports gathered in one place). Where they disagree the worst
 status wins (pass < skip < warn < fail < error < crash < hang) and the cell says
-how many of the column's verdicts for that variant had it: `FAIL 1/3`. A `*` marks
-a cell with a known issue, listed under the table. Never imports torch.
+how many of the column's verdicts for that variant had it: `FAIL 1/3`. Files of the same run
+(a report, its journal, `rocmcheck report`'s JSON twin) count once. A `*` marks a cell with a
+known issue, listed under the table. Never imports torch.
 """
 from __future__ import annotations
 
@@ -71,11 +73,24 @@ def _badness(machine: Machine) -> Tuple[int, ...]:
     return tuple(counts.get(status.value, 0) for status in STATUS_ORDER)
 
 
+def one_per_run(loaded: List[Tuple[str, Dict[str, Any]]]) -> List[Tuple[str, Dict[str, Any]]]:
+    """One (name, report) per run id: the run's own report over a bug report's JSON twin of it
+    (which carries `bug_report`), else the first named; reports without a run id all stay."""
+    chosen: Dict[Any, int] = {}  # run id -> index of the file kept
+    for index, (_, report) in enumerate(loaded):
+        found = (report.get("run") or {}).get("id")
+        run_id = str(found) if found else ("no run id", index)
+        kept = chosen.get(run_id)
+        if kept is None or ("bug_report" in loaded[kept][1] and "bug_report" not in report):
+            chosen[run_id] = index
+    return [loaded[index] for index in sorted(chosen.values())]
+
+
 def build(loaded: List[Tuple[str, Dict[str, Any]]]) -> Dict[str, Any]:
-    """The matrix (JSON-able) from (name, report) pairs."""
+    """The matrix (JSON-able) from (name, report) pairs, each run counted once."""
     machines: Dict[str, Machine] = {}
     probes: Dict[str, str] = {}  # variant -> probe id, in first-seen order
-    for name, report in loaded:
+    for name, report in one_per_run(loaded):
         statuses(report, name)  # rejects malformed verdicts with a one-line error
         fingerprint = report.get("fingerprint") or {}
         several = len((fingerprint.get("device") or {}).get("under_test") or []) > 1
@@ -91,13 +106,21 @@ def build(loaded: List[Tuple[str, Dict[str, Any]]]) -> Dict[str, Any]:
             machine.verdicts.setdefault(verdict["variant"], []).append(verdict)
     ordered = sorted(machines.values(), key=_badness, reverse=True)  # the worst machines first (stable)
     machines = {m.label: m for m in ordered}
+    first_seen: Dict[str, int] = {}
+    for variant, probe in probes.items():
+        first_seen.setdefault(_probe_of(variant, probe), len(first_seen))
+    grouped = sorted(probes.items(), key=lambda item: first_seen[_probe_of(*item)])  # stable: variants keep order
     rows = [{"variant": variant, "probe": probe,
              "cells": [_cell(m.verdicts.get(variant), m.fingerprint) for m in machines.values()]}
-            for variant, probe in probes.items()]
+            for variant, probe in grouped]
     return {"schema": "rocmcheck-matrix", "schema_version": "1.0", "grouping": GROUPING,
             "machines": [{"label": m.label, "reports": m.reports, "fingerprint": m.fingerprint}
                          for m in machines.values()],
             "rows": rows}
+
+
+def _probe_of(variant: str, probe: str) -> str:
+    return probe or variant.split("[")[0]
 
 
 def cell_text(cell: Optional[Dict[str, Any]]) -> str:

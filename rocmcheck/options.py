@@ -4,19 +4,23 @@ pytest plugin (`--rocm-*` options, `rocm_*` ini keys).
 `add_to_argparse` and `add_to_pytest` build each front-end's options from `OPTIONS`, as
 pytest-benchmark reuses its option functions; `layered` reads one value ini < environment <
 command line, as pytest-timeout does, and a bad value is a UsageError naming where it came
-from (`--rocm-timeout`, `ini option rocm_isolation`, `$ROCMCHECK_EXPECT_GPUS`).
+from (`--rocm-timeout`, `ini option rocm_isolation`, `$ROCMCHECK_EXPECT_GPUS`). It imports
+almost nothing: the pytest plugin loads it in every pytest run, `--rocm-matrix` or not.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from . import faults, registry
 from .errors import UsageError
 
 ISOLATIONS = ("zygote", "spawn")
+INJECT_ENV = "ROCMCHECK_INJECT"
+FIRST_USE_LIMIT_S = 120.0  # bounds a probe's first call by default: a cold cache (MIOpen's first conv took 63 s)
 DEVICE_HELP = ("auto (every visible GPU; inside a torchrun rank its LOCAL_RANK GPU; the CPU only on a host "
                "without GPU), all, cpu, or cuda:N[,M...] (ROCm GPUs use the cuda name too)")
 
@@ -33,12 +37,13 @@ def device(text: str) -> str:
 
 
 def positive(text: str) -> float:
+    """A finite positive number: `inf` or `1e309` would let a hung probe run forever."""
     try:
         value = float(text)
     except ValueError:
         raise ValueError(f"'{text}' is not a number") from None
-    if not value > 0:
-        raise ValueError(f"must be positive, not {text}")
+    if not 0 < value < math.inf:
+        raise ValueError(f"must be a finite positive number, not {text}")
     return value
 
 
@@ -55,6 +60,8 @@ def isolation(text: str) -> str:
 
 
 def inject(text: str) -> str:
+    from . import faults
+
     faults.parse(text)  # its own one-line UsageError names the unknown fault
     return text
 
@@ -88,11 +95,16 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
     Option("device", DEVICE_HELP, "DEVICE", device, "auto, all, cpu or cuda:N[,M...]", ini="string"),
     Option("isolation", "zygote: fork from a server that imported torch (POSIX default); spawn: fresh interpreter",
            "MODE", isolation, " or ".join(ISOLATIONS), choices=ISOLATIONS, ini="string"),
-    Option("timeout", "per-variant timeout in seconds (overrides each probe's own)", "S", positive,
-           "a positive number of seconds", ini="string", at_parse=True),
+    Option("timeout", "per-variant timeout in seconds (overrides each probe's own); it bounds everything the "
+           "variant does after GPU runtime init, its first use included, unless --first-use-timeout is given",
+           "S", positive, "a finite positive number of seconds", ini="string", at_parse=True),
+    Option("first_use_timeout", f"limit in seconds for a probe's first call (compilation, kernel search), kept "
+           f"apart from the timeout (default {FIRST_USE_LIMIT_S:g}, or the --timeout given)", "S", positive,
+           "a finite positive number of seconds", ini="string", at_parse=True),
     Option("inject", "inject faults, NAME[:ARG][@PROBE_GLOB],... (see: rocmcheck list --faults)", "FAULT[,FAULT]",
-           inject, env=faults.INJECT_ENV),
-    Option("probes_path", f"also load probe modules from DIR (repeatable; also ${registry.PROBES_PATH_ENV})", "DIR",
+           inject, env=INJECT_ENV),
+    Option("probes_path", "also load probe modules from DIR (repeatable; also $ROCMCHECK_PROBES_PATH, which "
+           "rocmcheck.registry reads)", "DIR",
            action="append", ini="paths"),
     Option("gate_only", "only variants in the gate (gate profile)", action="store_true", ini="bool"),
     Option("expect_gpus", "fail when torch sees fewer than N GPUs", "N", whole, "a whole number",
@@ -100,6 +112,27 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
     Option("baseline", "report (.json) or journal (.jsonl) of an earlier run: only regressions against it fail",
            "FILE", ini="string"),
 )}
+
+
+def check_outputs(folders: Dict[str, Optional[Path]], files: Dict[str, Optional[Path]]) -> None:
+    """Where a command will write, by flag, checked before any probe runs: a folder (created when
+    missing) must not be a file, nor lie under one; a file (`-` is stdout) must not be a folder,
+    and its folder must exist or be one of `folders` (rocmcheck creates no other: a typo in
+    `--json /nonexistent/dir/run.json` would scatter reports)."""
+    for flag, folder in folders.items():
+        ancestor = folder
+        while ancestor is not None and not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if ancestor is not None and ancestor.exists() and not ancestor.is_dir():
+            raise UsageError(f"{flag} {folder}: {ancestor} is a file, not a folder")
+    for flag, path in files.items():
+        if path is None or str(path) == "-":
+            continue
+        if path.is_dir():
+            raise UsageError(f"{flag} {path} is a folder: name a file")
+        made = {Path(os.path.abspath(f)) for f in folders.values() if f is not None}
+        if not path.parent.is_dir() and Path(os.path.abspath(path.parent)) not in made:
+            raise UsageError(f"{flag} {path}: the folder {path.parent} does not exist")
 
 
 def check(name: str, value: Any, where: str) -> Any:

@@ -49,7 +49,8 @@ MARKERS = (
 MATRIX_HELP = ("run every rocmcheck probe variant as a test item; write the matrix (JSON + Markdown) to DIR "
                "(default reports/). Write --rocm-matrix=DIR: a bare `--rocm-matrix DIR` also takes DIR")
 HTML_HELP = "with --rocm-matrix: also write the run's matrix as one self-contained HTML page to FILE"
-SHARED = ("device", "timeout", "isolation", "probes_path", "gate_only", "baseline", "inject")  # rocmcheck.options
+SHARED = ("device", "timeout", "first_use_timeout", "isolation", "probes_path", "gate_only", "baseline",
+          "inject")  # rocmcheck.options
 
 KEY = pytest.StashKey["MatrixPlugin"]()
 
@@ -100,6 +101,7 @@ class Settings:
     out_dir: Path
     device: str = "auto"
     timeout: Optional[float] = None
+    first_use_timeout: Optional[float] = None
     isolation: Optional[str] = None
     probes_paths: Tuple[str, ...] = ()
     gate_only: bool = False
@@ -118,14 +120,22 @@ def _setting(config: pytest.Config, name: str) -> Any:
 
 def read_settings(config: pytest.Config) -> Settings:
     """Every setting, validated now: a bad value is a usage error before any probe runs."""
+    from . import known_issues
+    from .options import check_outputs
+
     here = config.invocation_params.dir
     cli_paths = config.getoption("rocm_probes_path")
     baseline = config.getoption("rocm_baseline")
     ini_dir = config.inipath.parent if config.inipath else config.rootpath
+    out_dir = here / config.getoption("rocm_matrix")
+    html = here / config.getoption("rocm_html") if config.getoption("rocm_html") else None
+    check_outputs({"--rocm-matrix": out_dir}, {"--rocm-html": html})
+    known_issues.entries()  # a broken $ROCMCHECK_KNOWN_ISSUES file: a usage error now, not at the first failure
     return Settings(
-        out_dir=here / config.getoption("rocm_matrix"),
+        out_dir=out_dir,
         device=_setting(config, "device") or "auto",
         timeout=_setting(config, "timeout"),
+        first_use_timeout=_setting(config, "first_use_timeout"),
         isolation=_setting(config, "isolation"),
         probes_paths=tuple(str(here / p) for p in cli_paths) if cli_paths is not None
         else tuple(str(p) for p in config.getini("rocm_probes_path")),
@@ -133,7 +143,7 @@ def read_settings(config: pytest.Config) -> Settings:
         baseline=here / baseline if baseline else (ini_dir / config.getini("rocm_baseline")
                                                    if config.getini("rocm_baseline") else None),
         inject=_setting(config, "inject") or "",
-        html=here / config.getoption("rocm_html") if config.getoption("rocm_html") else None,
+        html=html,
     )
 
 
@@ -280,7 +290,8 @@ class MatrixPlugin:
         from .runner import Runner, RunOptions
 
         s = self.settings
-        opts = RunOptions(device=s.device, timeout=s.timeout, inject=s.inject, probes_paths=list(s.probes_paths),
+        opts = RunOptions(device=s.device, timeout=s.timeout, first_use_timeout=s.first_use_timeout, inject=s.inject,
+                          probes_paths=list(s.probes_paths),
                           profile="gate" if s.gate_only else "full", out_dir=s.out_dir, command="pytest",
                           preload=preloads(self.variants))
         if s.isolation:

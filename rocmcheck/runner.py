@@ -26,7 +26,7 @@ from .errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from .exitcodes import BY_MEANING, signatures
 from .launch import ChildProcess, IsolationServerDied, SpawnLauncher
 from .model import DeviceInfo, Status, Variant, Verdict
-from .options import ISOLATIONS
+from .options import FIRST_USE_LIMIT_S, ISOLATIONS
 from .registry import module_file
 from .safetext import clean, clean_tree
 from .storage import Journal, SCHEMA, SCHEMA_VERSION, new_run_id, report_json, report_paths, write_atomic
@@ -70,7 +70,8 @@ def default_isolation() -> str:
 class RunOptions:
     device: str = "auto"
     isolation: str = field(default_factory=default_isolation)
-    timeout: Optional[float] = None  # overrides every probe's own timeout
+    timeout: Optional[float] = None  # overrides every probe's own timeout, and bounds first use too
+    first_use_timeout: Optional[float] = None  # bounds `ctx.first_use()` apart from the timeout (default: 120 s)
     inject: str = ""  # fault spec, see rocmcheck.faults
     profile: str = "full"
     probes_paths: List[str] = field(default_factory=list)
@@ -211,7 +212,13 @@ class Runner:
     def _supervise(self, child: ChildProcess, task: Dict[str, Any], device: str) -> ChildEnd:
         self._running[device] = (task.get("probe") or task["call"], child)
         try:
-            return supervise(child, float(task["timeout"]), task["started_path"], teardown_wait=self.opts.teardown_wait)
+            limit = task.get("first_use_limit")  # None: the timeout bounds it
+            bound = f"its limit {limit:g}s" if limit is not None else f"the timeout {float(task['timeout']):g}s"
+            where = f" on {device}" if device.startswith("cuda") else ""
+            say = lambda s: self.on_note(f"{task['variant']}{where}: in first use (compiling or searching "  # noqa: E731
+                                         f"kernels) for {s:.0f}s, within {bound}")
+            return supervise(child, float(task["timeout"]), task["started_path"], first_use_limit=limit,
+                             teardown_wait=self.opts.teardown_wait, on_first_use=say if "variant" in task else None)
         finally:
             self._running.pop(device, None)
 
@@ -346,10 +353,10 @@ class Runner:
         if spec.host_only:
             return self._run_in_parent(variant, device)
         timeout = timeout or self.opts.timeout or spec.timeout
-        task = self._task(probe=spec.id, params=variant.params, device=device.name,
+        task = self._task(probe=spec.id, variant=variant.id, params=variant.params, device=device.name,
                           device_requested=self.opts.device, device_facts=self.facts,
                           expect_gpus=self.opts.expect_gpus, profile=self.opts.profile,
-                          timeout=timeout, module_file=module_file(spec))
+                          timeout=timeout, first_use_limit=self.first_use_limit(), module_file=module_file(spec))
         variant_env = {**variant.env(), **(env or {})}
         log_since = kernellog.now()
         end = self._launch(task, variant_env, spec.fresh_interpreter)
@@ -397,6 +404,13 @@ class Runner:
         for spec in {v.spec.id: v.spec for v in variants if v.spec.baseline and on_gpu}.values():
             self.baselines[spec.id] = spec.baseline()
         return sorted(variants, key=lambda v: v.spec.baseline is not None)  # stable: the others keep their order
+
+    def first_use_limit(self) -> Optional[float]:
+        """What bounds a probe's `ctx.first_use()`: --first-use-timeout when given; else an explicit
+        --timeout bounds it as part of the variant (None); else the default limit."""
+        if self.opts.first_use_timeout is not None:
+            return self.opts.first_use_timeout
+        return None if self.opts.timeout is not None else FIRST_USE_LIMIT_S
 
     def device_canary(self, after: str, device: DeviceInfo) -> Dict[str, Any]:
         """After a hang on the GPU: does a tiny kernel in a fresh child still run? If not, the

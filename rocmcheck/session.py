@@ -4,7 +4,7 @@ from __future__ import annotations
 import fnmatch
 from typing import Callable, Dict, Iterable, List, Optional
 
-from . import registry
+from . import known_issues, registry
 from .errors import UsageError
 from .model import Variant, Verdict, preloads
 from .options import check
@@ -34,7 +34,9 @@ def run_variants(options: RunOptions, variants: List[Variant],
                  markdown: Optional[Callable[[Dict], str]] = None) -> Dict:
     """Check the options, run `variants`; `markdown` renders the report's Markdown file."""
     options.device = check("device", options.device, "--device")
-    if options.timeout is not None:
-        check("timeout", options.timeout, "--timeout")
+    known_issues.entries()  # a broken $ROCMCHECK_KNOWN_ISSUES file is bad input now, not at the first failure
+    for name in ("timeout", "first_use_timeout"):
+        if getattr(options, name) is not None:
+            check(name, getattr(options, name), f"--{name.replace('_', '-')}")
     options.preload = sorted(set(options.preload) | set(preloads(variants)))
     return Runner(options, on_verdict, on_note, markdown).run(variants)

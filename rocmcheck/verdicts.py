@@ -23,7 +23,6 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from . import watchdog
 from .errors import Skip
 from .exitcodes import describe, signal_of, signatures
 from .model import Status, Variant, Verdict
@@ -151,9 +150,11 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
         if end.never_started:
             message = f"the child never started its task (stuck starting Python, importing torch or " \
                       f"initialising the GPU runtime); killed ({', '.join(end.kill_steps)})"
-        if end.in_first_use:
-            message = f"first-use compilation ran past its {watchdog.FIRST_USE_LIMIT_S:g}s limit; child killed " \
-                      f"({', '.join(end.kill_steps)})"
+        if end.in_first_use and end.first_use_limit is not None:
+            message = f"first use (compilation, kernel search) ran past its {end.first_use_limit:g}s limit; " \
+                      f"child killed ({', '.join(end.kill_steps)})"
+        elif end.in_first_use:
+            message = f"no verdict within {timeout:g}s (first use included); child killed ({', '.join(end.kill_steps)})"
         if end.unkillable:
             message = f"no verdict within {timeout:g}s and the child could not be killed " \
                       f"(state {end.state.get('status', '?')} {end.teardown_s:.0f}s after SIGKILL)"

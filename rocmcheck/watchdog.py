@@ -12,7 +12,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 from .capture import OutputDrain
 from .context import FIRST_USE_SUFFIX
@@ -23,8 +23,8 @@ STACK_WAIT_S = 0.3
 TERM_GRACE_S = 0.5
 KILL_WAIT_S = 1.0  # after an interrupt: the user is waiting
 TEARDOWN_WAIT_S = 30.0  # after SIGKILL on timeout: a GPU process spends seconds in driver teardown (state D)
-STARTUP_LIMIT_S = 300.0  # interpreter start, `import torch` and GPU runtime init: not a probe's timeout
-FIRST_USE_LIMIT_S = 600.0  # a probe's first-use compilation (`ctx.first_use()`): not its timeout either
+FIRST_USE_PROGRESS_S = 15.0  # while a probe is in first use (a compile, a cold kernel search): say so this often
+STARTUP_LIMIT_S = 120.0  # interpreter start, `import torch` and GPU runtime init (a cold start): not the timeout
 SIGKILL = getattr(signal, "SIGKILL", 9)  # Windows: the job is terminated instead
 
 
@@ -36,7 +36,8 @@ class ChildEnd:
     elapsed_s: float
     timed_out: bool = False
     never_started: bool = False  # timed out before the child began its task (stuck importing or initialising)
-    in_first_use: bool = False  # timed out inside the probe's first-use compilation
+    in_first_use: bool = False  # timed out inside the probe's first call (`ctx.first_use()`)
+    first_use_limit: Optional[float] = None  # the first-use limit that ran out (None: the timeout bounded it)
     unkillable: bool = False
     lost: bool = False  # it ended, but the isolation server that would report its exit status died
     output: str = ""
@@ -94,30 +95,46 @@ def _started_at(path: Optional[str]) -> Optional[float]:
 
 def supervise(child: ChildProcess, timeout: float, started_path: Optional[str] = None,
               startup_limit: float = STARTUP_LIMIT_S, first_use_limit: Optional[float] = None,
-              teardown_wait: float = TEARDOWN_WAIT_S) -> ChildEnd:
+              teardown_wait: float = TEARDOWN_WAIT_S,
+              on_first_use: Optional[Callable[[float], None]] = None) -> ChildEnd:
     """Wait for `child`; always returns, always leaves no tree behind (save an unkillable
-    process). The `timeout` runs from the moment the child marks `started_path`, once its
-    interpreter, `import torch` and the GPU runtime are up (all within `startup_limit`), and
-    time the probe spends in first-use compilation (the child shifts the marker by it) is
-    bounded by `first_use_limit` instead. An interrupt (Ctrl-C, SIGTERM) kills the tree and re-raises."""
+    process). The child marks `started_path` once its interpreter, `import torch` and the GPU
+    runtime are up (all within `startup_limit`); `timeout` runs from there. With a
+    `first_use_limit`, time inside `ctx.first_use()` is bounded by it instead and left out of
+    the timeout (the child moves the marker forward by it); with None, the timeout bounds
+    everything after the marker, first use included. `elapsed_s` is wall time from the marker.
+    `on_first_use(seconds)` hears every FIRST_USE_PROGRESS_S of one first use (minutes of
+    compiling must not look like a hang). An interrupt (Ctrl-C, SIGTERM) kills the tree and re-raises."""
     drain = OutputDrain(child.out_fd)
     start = time.monotonic()
-    began = None if started_path else start
+    began = None if started_path else start  # first sight of the marker: where the wall time runs from
     end = ChildEnd(returncode=None, elapsed_s=0.0)
+    said: tuple = (None, 0)  # (when the current first use began, progress lines said about it)
     try:
         while end.returncode is None and not child.lost:
-            if started_path:  # read on every round: `ctx.first_use()` moves the marker forward
-                began = _started_at(started_path) or began
+            shifted = _started_at(started_path) if started_path else None  # moved forward by first use
+            began = began if began is not None else shifted
             warming = _started_at(started_path + FIRST_USE_SUFFIX) if began is not None and started_path else None
-            if warming is not None:
-                deadline = warming + (first_use_limit or FIRST_USE_LIMIT_S)
+            if began is None:
+                deadline = start + startup_limit
+            elif warming is not None and first_use_limit is not None:
+                deadline = warming + first_use_limit
             else:
-                deadline = began + timeout if began is not None else start + startup_limit + timeout
+                deadline = (began if first_use_limit is None else shifted or began) + timeout
+            if warming is None:
+                said = (None, 0)
+            elif on_first_use is not None:
+                since, count = said if said[0] is not None else (warming, 0)  # as first seen: re-reads jitter
+                if time.monotonic() - since >= (count + 1) * FIRST_USE_PROGRESS_S:
+                    on_first_use(time.monotonic() - since)
+                    count += 1
+                said = (since, count)
             left = deadline - time.monotonic()
             if left <= 0:
                 end.timed_out = True
                 end.never_started = began is None
                 end.in_first_use = warming is not None
+                end.first_use_limit = first_use_limit if warming is not None else None
                 _kill_after_timeout(child, end, teardown_wait)
                 break
             end.returncode = child.wait(min(left, 0.25 if began is not None else 0.02))

@@ -216,3 +216,29 @@ def test_help_and_from_do_not_import_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
     assert (tmp_path / "r-repro-device-smoke.py").is_file()
+
+
+def test_without_from_it_reports_the_newest_complete_run_and_says_so(tmp_path, monkeypatch, capsys):
+    """Issue 21, section 8: `report` alone re-ran the whole full profile (about 4 minutes) without a
+    word. The newest complete run in the out-dir is used and named; a partial run, an older run
+    and the bug report's own JSON twin are not."""
+    import os
+
+    from rocmcheck import runner
+
+    out = tmp_path / "reports"
+    out.mkdir()
+    runs = {}
+    for age, name, extra in ((300, "older", {}), (200, "newest", {}), (100, "partial", {"partial": True})):
+        path = _saved_report(tmp_path, [_verdict("device-smoke", "fail", f"zeros in the {name} run")])
+        data = json.loads(path.read_text())
+        data["run"].update(id=name, **extra)
+        runs[name] = out / f"rocmcheck-{name}.json"
+        runs[name].write_text(json.dumps(data))
+        os.utime(runs[name], (1.7e9 - age, 1.7e9 - age))
+    monkeypatch.setattr(runner.Runner, "__init__", lambda *a, **k: 1 / 0)  # nothing may run
+    for _ in range(2):  # the second time, the first report's JSON twin is the newest file there
+        assert main(["report", "--out-dir", str(out)]) == 0
+        captured = capsys.readouterr()
+        assert f"reporting the newest complete run in {out}: {runs['newest']} (1 verdicts)" in captured.err
+    assert "zeros in the newest run" in (out / "rocmcheck-report-newest.md").read_text()

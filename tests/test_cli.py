@@ -19,7 +19,7 @@ def cli(*args: str, env=None, cwd=None) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("args,message", [
     (["run", "--probe", "no-such-probe"], "unknown probe id 'no-such-probe'"),
     (["run", "--device", "gpu7"], "--device must be auto, all, cpu or cuda:N[,M...]"),
-    (["run", "--timeout", "-1"], "must be positive"),
+    (["run", "--timeout", "-1"], "must be a finite positive number"),
     (["run", "--timeout", "soon"], "is not a number"),
     (["run", "--inject", "melt"], "unknown fault 'melt'"),
     (["run", "--probes-path", "/no/such/dir"], "is not a readable directory"),
@@ -101,7 +101,7 @@ def test_env_reports_torch_and_host_facts(tmp_path):
     assert fp["node_health"]["0000:c1:00.0"]["pages"] == {"retired": 1, "pending": 1, "failed": 0}
     assert "HF_TOKEN" not in out.stdout
     text = cli("env", env=host)
-    assert "torch" in text.stdout and "Python" in text.stdout
+    assert "torch" in text.stdout and "Python" in text.stdout and "host GPUs" in text.stdout
     assert "health 0000:c1:00.0  amdgpu sysfs; uncorrectable 0; correctable 0; bad pages 1 retired, 1 pending, " \
            "0 failed; PCIe replays 0; junction 41 C (critical 110)" in text.stdout
 
@@ -110,3 +110,65 @@ def test_runs_from_any_directory(tmp_path):
     out = cli("run", "--device", "cpu", "--probe", "device-smoke", "--out-dir", "out", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert list((tmp_path / "out").glob("*.json"))
+
+
+def _long_schema(path: Path) -> str:
+    path.write_text(json.dumps({"schema": "rocmcheck-report", "schema_version": "1" * 5000 + ".0", "verdicts": []}))
+    return str(path)
+
+
+BAD_KNOWN_ISSUES = '{"issues": [{"id": "mine", "probe": "fake-*", "message": "(unclosed"}]}'
+
+
+@pytest.mark.parametrize("make_args, message", [
+    (lambda d: ["run", "--out-dir", str(d / "a-file")], "a-file is a file, not a folder"),
+    (lambda d: ["gate", "--out-dir", str(d / "a-file" / "sub")], "a-file is a file, not a folder"),
+    (lambda d: ["run", "--md", str(d / "a-folder")], "--md * is a folder: name a file"),
+    (lambda d: ["run", "--json", str(d / "missing" / "r.json")], "the folder * does not exist"),
+    (lambda d: ["matrix", str(d / "good.json"), "--html", str(d / "a-folder")], "--html * is a folder"),
+    (lambda d: ["report", "--from", str(d / "good.json"), "-o", str(d / "a-folder")], "-o * is a folder"),
+    (lambda d: ["run", "--timeout", "inf"], "must be a finite positive number, not inf"),
+    (lambda d: ["run", "--timeout", "1e309"], "must be a finite positive number, not 1e309"),
+    (lambda d: ["run", "--timeout", "nan"], "must be a finite positive number, not nan"),
+    (lambda d: ["run", "--timeout", "-1"], "must be a finite positive number, not -1"),
+    (lambda d: ["run", "--first-use-timeout", "0"], "must be a finite positive number, not 0"),
+    (lambda d: ["run", "--inject", ","], "fault spec ',' has an empty fault"),
+    (lambda d: ["run", "--inject", "segv@"], "fault spec 'segv@' has an empty probe glob after @"),
+    (lambda d: ["matrix", _long_schema(d / "long.json")], "schema version 11111111111111111111… is not supported"),
+    (lambda d: ["diff", _long_schema(d / "long.json"), str(d / "good.json")], "schema version 1111*… is not supported"),
+    (lambda d: ["report", "--from", _long_schema(d / "long.json")], "schema version 1111*… is not supported"),
+    (lambda d: ["run", "--probes-path", FAKE, "--probe", "fake-pass"],
+     "*known.json': entry 'mine': 'message' is not a valid regular expression*"),
+], ids=["out-dir-file", "out-dir-under-file", "md-folder", "json-missing-folder", "html-folder", "o-folder",
+        "timeout-inf", "timeout-1e309", "timeout-nan", "timeout-negative", "first-use-zero", "inject-comma",
+        "inject-empty-glob", "matrix-long-schema", "diff-long-schema", "report-long-schema", "known-issues"])
+def test_bad_input_fails_in_one_line_before_any_probe_runs(tmp_path, monkeypatch, capsys, make_args, message):
+    """Issue 21, section 7: each is a one-line error and exit 2, before a runner exists, leaving no file."""
+    from fnmatch import fnmatch
+
+    from rocmcheck import cli, runner
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("mine\n")
+    (tmp_path / "a-folder").mkdir()
+    (tmp_path / "known.json").write_text(BAD_KNOWN_ISSUES)
+    (tmp_path / "good.json").write_text(json.dumps({"schema": "rocmcheck-report", "schema_version": "1.0",
+                                                    "verdicts": []}))
+    monkeypatch.setenv("ROCMCHECK_KNOWN_ISSUES", str(tmp_path / "known.json"))
+    args = make_args(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    started = []
+    monkeypatch.setattr(runner.Runner, "__init__", lambda self, *a, **k: started.append(a) or 1 / 0)
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and fnmatch(lines[0], f"rocmcheck: error: *{message}*"), err
+    assert started == [] and sorted(tmp_path.rglob("*")) == before  # no probe ran, nothing written or created
+
+
+def test_a_file_may_go_in_the_out_dir_the_run_creates(tmp_path):
+    from rocmcheck.options import check_outputs
+
+    new, attach = tmp_path / "reports", tmp_path / "attach"
+    check_outputs({"--out-dir": new, "-o": attach}, {"--json": new / "run.json", "-o": attach / "bug.md"})
+    assert not new.exists()  # checked, nothing created

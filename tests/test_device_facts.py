@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from rocmcheck import fingerprint
+from conftest import make_host
+from rocmcheck import fingerprint, hostgpu
 from rocmcheck.cli import main
+from rocmcheck.cli.env import inventory_rows
 
 # the runtime lines of torch._C._show_config() on a ROCm 6.4 build (the rest of the text elided)
 ROCM_SHOW_CONFIG = """PyTorch built with:
@@ -59,3 +61,31 @@ def test_nvidia_driver_comes_from_proc_without_nvidia_smi(fake_host, capsys):
     fp = json.loads(capsys.readouterr().out)
     assert fp["device_facts"]["nvidia_driver"] == "550.54.15"
     assert fp["host"]["gpus"]["nvidia_driver"] == "550.54.15"
+
+
+def test_dnn_versions_read_as_releases():
+    """torch.backends.cudnn.version() is a number: cuDNN 9.24.0 showed as 92400 in `rocmcheck env`."""
+    assert [fingerprint.dnn_version(n, rocm=False) for n in (92400, 91000, 8907, 7605)] == \
+        ["9.24.0", "9.10.0", "8.9.7", "7.6.5"]
+    assert fingerprint.dnn_version(3004000, rocm=True) == "3.4.0"  # MIOpen: MAJOR*1000000 + MINOR*1000 + PATCH
+    assert fingerprint.dnn_version(None, rocm=False) is None
+
+
+def test_a_cuda_build_on_a_host_without_gpu_says_so():
+    fp = {"device": {"name": "cpu"}, "host": {"system": "Linux"},
+          "device_facts": {"backend": "cpu", "cuda": "13.0", "torch": "2.14.1+cu130", "device_count": 0}}
+    assert fingerprint.summary(fp) == "cpu / CUDA 13.0 build, no GPU visible / torch 2.14.1+cu130 / Linux"
+    fp["device_facts"] = {"backend": "cpu", "torch": "2.13.0+cpu"}
+    assert fingerprint.summary(fp) == "cpu / cpu / torch 2.13.0+cpu / Linux"
+
+
+def test_env_text_shows_the_hosts_gpu_inventory(tmp_path):
+    """The README promises `rocmcheck env` shows the host's inventory: it showed torch's view only."""
+    gpus = hostgpu.read(make_host(tmp_path, amd=2), (0, []), environ={"HIP_VISIBLE_DEVICES": "1"}).to_dict()
+    rows = dict((k, str(v)) for k, v in inventory_rows(gpus))
+    assert rows["host GPUs"] == "2 AMD"
+    assert rows["PCI 0000:03:00.0"] == "amd 0x744c, driver amdgpu, link 16.0 GT/s PCIe x16 (max 16.0 GT/s PCIe x16)"
+    assert "/dev/kfd (rw)" in rows["device nodes"] and "renderD128 (rw)" in rows["device nodes"]
+    assert rows["HIP_VISIBLE_DEVICES"] == "1"
+    assert inventory_rows(hostgpu.read(tmp_path / "none", (0, []), environ={}).to_dict()) == \
+        [["host GPUs", "none (PCI, KFD topology, /dev, /proc/driver/nvidia, WSL)"]]

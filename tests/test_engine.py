@@ -361,3 +361,26 @@ def test_an_interrupted_gate_in_python_is_no_verdict_not_no_go(monkeypatch):
     monkeypatch.setattr(gate_api, "run_variants", lambda *args, **kwargs: partial)
     with pytest.raises(KeyboardInterrupt, match="interrupted during device-smoke: no verdict"):
         gate_api.gate(device="cpu", probes_path=[FAKE], verbose=False)
+
+
+def test_long_first_use_is_reported_as_it_goes_and_counted_in_the_duration(tmp_path, monkeypatch):
+    """compile's duration read 0.19 s for 72 s with nothing printed meanwhile: the duration is
+    wall time, first use included, and each FIRST_USE_PROGRESS_S of first use is said."""
+    from rocmcheck import watchdog
+
+    monkeypatch.setattr(watchdog, "FIRST_USE_PROGRESS_S", 0.4)
+    marker = tmp_path / "started"
+    code = (f"import os, time, pathlib; m = pathlib.Path({str(marker)!r}); m.touch(); f = pathlib.Path(str(m) + "
+            f"{watchdog.FIRST_USE_SUFFIX!r}); f.touch(); time.sleep(1.3); t = m.stat().st_mtime + 1.3; "
+            "os.utime(m, (t, t)); f.unlink()")
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    r, w = os.pipe()
+    os.close(w)
+    life_r, life_w = os.pipe()
+    os.close(life_r)
+    said = []
+    end = supervise(ChildProcess(proc.pid, r, life_w, popen=proc), timeout=0.5, started_path=str(marker),
+                    first_use_limit=10.0, on_first_use=said.append)
+    assert not end.timed_out and end.returncode == 0
+    assert end.elapsed_s >= 1.3  # wall time from the marker, first use included
+    assert len(said) in (2, 3) and said == sorted(said) and said[0] >= 0.4  # 0.4, 0.8, 1.2 s: each said once

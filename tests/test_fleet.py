@@ -70,7 +70,7 @@ def test_a_gpu_host_whose_torch_cannot_use_it_is_no_go_with_reinstall(fake_host,
 
 @pytest.mark.parametrize("argv, env, fragment", [
     (["gate", "--probe", "no-such-probe"], {}, "unknown probe id"),
-    (["gate", "--timeout", "-3"], {}, "must be positive"),
+    (["gate", "--timeout", "-3"], {}, "must be a finite positive number"),
     (["gate"], {"ROCMCHECK_EXPECT_GPUS": "eight"}, "ROCMCHECK_EXPECT_GPUS must be a whole number"),
 ])
 def test_could_not_assess_is_exit_2_with_an_unknown_document(argv, env, fragment, monkeypatch, capsys):

@@ -59,7 +59,7 @@ def test_a_gpu_passed_to_a_vm_or_without_driver_is_not_this_hosts(tmp_path):
     (1, 0, "rocm", ("torch", "--index-url", hostgpu.ROCM_INDEX)),
     (0, 2, "cuda", ("torch",)),
     (1, 1, "cuda", ("torch",)),
-    (0, 0, "default", ("torch==2.13.0",)),
+    (0, 0, "cpu", ("torch==2.13.0", "--index-url", "https://download.pytorch.org/whl/cpu")),  # not GBs of CUDA
 ])
 def test_torch_choice_fits_the_host(tmp_path, amd, nvidia, build, args):
     host = hostgpu.read(make_host(tmp_path, amd=amd, nvidia=nvidia), ROOT_ID, environ={})

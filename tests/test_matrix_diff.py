@@ -2,6 +2,7 @@
 exit codes, file outputs, and one-line errors for input that is not a usable report."""
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -23,10 +24,14 @@ GFX1100 = {"device": {"name": "cuda:0", "arch": "gfx1100"}, "host": {"system": "
 CPU = {"device": {"name": "cpu"}, "host": {"system": "Linux"}, "device_facts": {"backend": "cpu", "torch": "2.13.0"}}
 
 
+RUN_IDS = itertools.count(1)
+
+
 def report(statuses: Dict[str, str], fingerprint: Optional[dict] = None, **verdict_extra) -> dict:
+    """A report of its own run (a fresh run id: `matrix` counts one run's files once)."""
     verdicts = [{"probe": v.split("[")[0], "variant": v, "status": s, "message": f"{s} message",
                  **verdict_extra.get(v, {})} for v, s in statuses.items()]
-    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run": {"id": "r1"},
+    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run": {"id": f"r{next(RUN_IDS)}"},
             "fingerprint": fingerprint or CPU, "verdicts": verdicts}
 
 
@@ -118,6 +123,25 @@ def test_matrix_groups_identical_fingerprints_and_the_worst_status_wins(tmp_path
     text = md.read_text()
     assert "| `copy[a]` " in text and "gfx1100<br>rocm 6.4.1<br>torch 2.9.0<br>Linux<br>(2 reports)" in text
     assert "## Known issues (*)" in text
+
+
+def test_matrix_counts_a_run_once_groups_a_probes_rows_and_says_where_it_wrote(tmp_path: Path, capsys) -> None:
+    """Issue 21, section 8: the bug report's JSON twin beside its run was a second run (`FAIL 2/2` for
+    one failing run); rows followed the first report's order, so a probe's variants were split
+    (a multi-GPU run interleaves them); `--html` wrote silently."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    save(runs / "node-a.json", report({"copy[a]": "fail", "numerics[x]": "pass", "copy[b]": "pass"}, GFX1100))
+    save(runs / "node-b.json", report({"copy[a]": "pass", "numerics[x]": "pass", "copy[b]": "pass"}, GFX1100))
+    assert main(["report", "--from", str(runs / "node-a.json"), "-o", str(runs / "bug.md")]) == 0
+    capsys.readouterr()
+    page = tmp_path / "fleet.html"
+    assert main(["matrix", str(runs), "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split()[:2] for line in out.split("\n\n")[0].splitlines()[-3:]]
+    assert rows == [["copy[a]", "FAIL"], ["copy[b]", "PASS"], ["numerics[x]", "PASS"]], out
+    assert "FAIL 1/2" in out and "(2 reports)" in out and "3 variants, 1 machine, 2 reports" in out
+    assert out.splitlines()[-1] == f"wrote {page}" and page.read_text().startswith("<!DOCTYPE html>")
 
 
 def test_matrix_matches_known_issues_from_a_users_data_file(tmp_path: Path, monkeypatch, capsys) -> None:

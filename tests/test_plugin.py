@@ -90,7 +90,9 @@ def test_inert_without_the_flag(pytester: pytest.Pytester) -> None:
                        if getattr(p, "__name__", "") == "rocmcheck.plugin"]
             assert len(plugins) == 1  # autoloaded once, by its entry point
             assert pytestconfig.pluginmanager.get_plugin("rocmcheck-matrix") is None
-            assert "torch" not in sys.modules and "rocmcheck.runner" not in sys.modules
+            assert "torch" not in sys.modules
+            loaded = {m for m in sys.modules if m.startswith("rocmcheck")}  # in every pytest run: almost nothing
+            assert loaded == {"rocmcheck", "rocmcheck.errors", "rocmcheck.plugin", "rocmcheck.options"}, loaded
     """)
     result = run(pytester)
     result.assert_outcomes(passed=1)
@@ -248,15 +250,19 @@ def test_xdist_mode_that_could_run_probes_concurrently_is_refused(project: pytes
 @pytest.mark.parametrize("args, ini, message", [
     (["--rocm-device", "gpu7"], "", "--rocm-device must be auto, all, cpu or cuda:N[,M...], not 'gpu7'"),
     ([], "rocm_isolation = fork", "ini option rocm_isolation must be zygote or spawn, not 'fork'"),
-    (["--rocm-timeout", "0"], "", "--rocm-timeout must be a positive number of seconds, not '0'"),
+    (["--rocm-timeout", "0"], "", "--rocm-timeout must be a finite positive number of seconds, not '0'"),
+    (["--rocm-matrix=conftest.py"], "", "--rocm-matrix *conftest.py: *conftest.py is a file, not a folder"),
+    (["--rocm-html=/"], "", "--rocm-html / is a folder: name a file"),
     (["--rocm-baseline", "missing.json"], "", "*missing.json: cannot read*"),
     (["--rocm-inject", "bogus"], "", "unknown fault 'bogus'*"),
     (["--rocm-probes-path", "nowhere"], "", "probes path '*nowhere' is not a readable directory"),
-], ids=["device", "ini-isolation", "timeout", "baseline", "fault", "probes-path"])
+], ids=["device", "ini-isolation", "timeout", "matrix-on-a-file", "html-on-a-folder", "baseline",
+        "fault", "probes-path"])
 def test_bad_settings_are_one_line_usage_errors(pytester: pytest.Pytester, args, ini, message) -> None:
     if ini:
         pytester.makeini(f"[pytest]\n{ini}\n")
-    result = run(pytester, "--rocm-matrix", *args)
+    pytester.makeconftest("")
+    result = run(pytester, *(["--rocm-matrix"] if "--rocm-matrix=" not in "".join(args) else []), *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: rocmcheck: {message}"])
     assert "Traceback" not in result.stderr.str()

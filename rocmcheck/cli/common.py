@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, TextIO
 from .. import __version__
 from ..errors import UsageError
 from ..model import ExitCode, Variant, Verdict, is_bad
-from ..options import add_to_argparse, layered
+from ..options import add_to_argparse, check_outputs, layered
 from ..render import verdict_line
 from ..storage import report_paths
 
@@ -25,7 +25,7 @@ def add_selection(p: argparse.ArgumentParser) -> None:
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """The options of every command that runs probes (run, gate, report, doctor)."""
     add_selection(p)
-    add_to_argparse(p, "device", "isolation", "timeout", "inject")
+    add_to_argparse(p, "device", "isolation", "timeout", "first_use_timeout", "inject")
     p.set_defaults(device="auto")
     p.add_argument("--out-dir", type=Path, default=Path("reports"), metavar="DIR",
                    help="where the journal, JSON and Markdown go (default: reports/)")
@@ -41,7 +41,9 @@ def run_options(args: argparse.Namespace, profile: str, command: str) -> Any:
     before anything runs."""
     from ..runner import RunOptions
 
-    opts = RunOptions(device=args.device, timeout=args.timeout, profile=profile, probes_paths=args.probes_path,
+    check_outputs({"--out-dir": args.out_dir}, {"--json": args.json, "--md": args.md})
+    opts = RunOptions(device=args.device, timeout=args.timeout, first_use_timeout=args.first_use_timeout,
+                      profile=profile, probes_paths=args.probes_path,
                       inject=layered("inject", args.inject, "--inject") or "", out_dir=args.out_dir,
                       json_path=None if to_stdout(args) else args.json, md_path=args.md, command=command,
                       expect_gpus=layered("expect_gpus", args.expect_gpus, "--expect-gpus"))

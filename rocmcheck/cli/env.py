@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 from ..model import ExitCode
 
@@ -36,6 +36,30 @@ def cmd_env(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def inventory_rows(gpus: Dict[str, Any]) -> List[List[Any]]:
+    """The host's own GPU inventory (read from files, whatever torch sees): what the GPUs are,
+    their driver and link, and the device nodes a container or a user may lack."""
+    counts = gpus.get("gpus") or {}
+    found = ", ".join(f"{n} {'AMD' if v == 'amd' else 'NVIDIA'}" for v, n in counts.items() if n)
+    rows: List[List[Any]] = [["host GPUs", found or "none (PCI, KFD topology, /dev, /proc/driver/nvidia, WSL)"]]
+    for g in gpus.get("pci") or []:
+        link = f", link {g.get('link_speed')} x{g.get('link_width')} (max {g.get('max_link_speed')} " \
+               f"x{g.get('max_link_width')})" if g.get("link_speed") else ""
+        rows.append([f"PCI {g.get('address')}", f"{g.get('vendor')} {g.get('device_id')}, driver "
+                                                 f"{g.get('driver') or 'none bound'}{link}"])
+    if gpus.get("kfd_gfx_targets"):
+        rows.append(["KFD gfx targets", " ".join(str(t) for t in gpus["kfd_gfx_targets"])])
+    nodes = [n for n in [gpus.get("dev_kfd"), *(gpus.get("render_nodes") or []), *(gpus.get("nvidia_nodes") or [])]
+             if n]
+    if nodes or counts.get("amd") or counts.get("nvidia"):
+        rows.append(["device nodes", " ".join(f"{n['path']} ({'rw' if n.get('readable_writable') else 'no access'})"
+                                              for n in nodes) or "none"])
+    if gpus.get("wsl_dxg"):
+        rows.append(["WSL /dev/dxg", gpus.get("wsl_vendor") or "present"])
+    rows += [[name, value] for name, value in (gpus.get("visible_devices") or {}).items()]
+    return rows
+
+
 def _env_text(fp: Dict[str, Any]) -> str:
     from tabulate import tabulate
 
@@ -49,6 +73,7 @@ def _env_text(fp: Dict[str, Any]) -> str:
             ["GPU kernel options", " ".join(h.get("kernel_cmdline") or []) or None]]
     rows += [[f"GPU {g.get('index')}", f"{g.get('name')} ({g.get('arch')}, {g.get('memory_bytes', 0) / 2**30:.1f} GiB)"]
              for g in d.get("devices") or [] if g]
+    rows += inventory_rows(h.get("gpus") or {})
     rows += [[k, v] for k, v in (h.get("env") or {}).items()]
     rows += [[f"pkg {k}", v] for k, v in (h.get("packages") or {}).items()]
     return tabulate([[k, "Could not collect" if v is None else v] for k, v in rows], tablefmt="plain")

@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import faults, registry
 from ..model import ExitCode, Variant
-from ..options import add_to_argparse
+from ..options import INJECT_ENV, add_to_argparse
 from ..render import short
 from ..selection import select
 from .common import add_selection
@@ -27,7 +27,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.faults:
         rows = [[f.name, f.args or "", f.help] for f in faults.catalogue().values()]
         print(tabulate(rows, headers=["fault", "ARG", "what the probe meets"], tablefmt="simple"))
-        print("\nInject with --inject NAME[:ARG][@PROBE_GLOB][,...] or $" + faults.INJECT_ENV)
+        print("\nInject with --inject NAME[:ARG][@PROBE_GLOB][,...] or $" + INJECT_ENV)
         return ExitCode.OK
     variants = select(specs, args.probe, args.keyword, gate_only=args.gate_only)
     rows = [[v.id, "gate" if v.in_gate() else "full", f"{v.spec.timeout:g}s", _needs(v), short(v.spec.targets, 60)]

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..matrix import build, markdown_text, report_files, terminal_text
 from ..model import ExitCode
+from ..options import check_outputs
 
 
 def register(sub: Any) -> None:
@@ -25,15 +26,21 @@ def register(sub: Any) -> None:
 def cmd_matrix(args: argparse.Namespace) -> int:
     from ..storage import load_report, write_atomic
 
+    check_outputs({}, {"--md": args.md, "--json": args.json, "--html": args.html})
     unique = list(dict.fromkeys(report_files(args.files)))  # the same file named twice counts once
     matrix = build([(str(path), load_report(path)) for path in unique])
     print(terminal_text(matrix))
-    if args.md:
-        write_atomic(args.md, markdown_text(matrix))
-    if args.json:
-        write_atomic(args.json, json.dumps(matrix, indent=2, default=str) + "\n")
-    if args.html:
-        from ..matrix_html import html_page
-
-        write_atomic(args.html, html_page(matrix))
+    outputs = [(args.md, lambda: markdown_text(matrix)),
+               (args.json, lambda: json.dumps(matrix, indent=2, default=str) + "\n"),
+               (args.html, lambda: _html(matrix))]
+    for path, text in outputs:
+        if path is not None:
+            write_atomic(path, text())
+            print(f"wrote {path}")
     return ExitCode.OK
+
+
+def _html(matrix: Any) -> str:
+    from ..matrix_html import html_page
+
+    return html_page(matrix)

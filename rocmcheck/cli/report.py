@@ -4,17 +4,17 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Tuple
 
 from .. import registry
 from ..bugreport import build, write
 from ..errors import UsageError
 from ..explain import read_log
 from ..model import ExitCode
-from ..options import add_to_argparse
+from ..options import add_to_argparse, check_outputs
 from ..selection import select
 from ..storage import load_report
-from .common import add_run_options, execute, run_options
+from .common import add_run_options, execute, note, run_options
 
 
 def register(sub: Any) -> None:
@@ -37,18 +37,51 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_report)
 
 
+def newest_complete_run(out_dir: Path) -> Optional[Tuple[Path, Dict[str, Any]]]:
+    """The newest report in OUT_DIR of a run that finished (not partial, not a bug report's JSON
+    twin), with its path; None when there is none."""
+    def modified(path: Path) -> float:
+        try:
+            return path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    for path in sorted(out_dir.glob("rocmcheck-*.json"), key=modified, reverse=True):
+        try:
+            report = load_report(path)
+        except UsageError:
+            continue
+        if "bug_report" not in report and not (report.get("run") or {}).get("partial"):
+            return path, report
+    return None
+
+
 def _run_or_load(args: argparse.Namespace) -> Dict[str, Any]:
+    """The run to report: --from, else the newest complete run in OUT_DIR (said), else a run
+    now (said first: the full profile takes minutes); --probe, -k or --gate-only run anew."""
+    selected = bool(args.probe or args.keyword or args.gate_only)
     if args.from_path is not None:
-        if args.probe or args.keyword or args.gate_only:
+        if selected:
             raise UsageError("--from builds the report from an existing run: drop --probe, -k and --gate-only")
         return load_report(args.from_path)
+    found = None if selected else newest_complete_run(args.out_dir)
+    if found is not None:
+        args.from_path, report = found
+        note(f"reporting the newest complete run in {args.out_dir}: {args.from_path} "
+             f"({len(report['verdicts'])} verdicts); --from FILE picks another, --probe/-k/--gate-only run anew")
+        return report
     variants = select(registry.load_all(args.probes_path), args.probe, args.keyword, gate_only=args.gate_only)
-    return execute(run_options(args, "gate" if args.gate_only else "full", "report"), variants)
+    profile = "gate" if args.gate_only else "full"
+    if not selected:
+        note(f"no complete run in {args.out_dir}: running the {profile} profile first ({len(variants)} variants, "
+             "a few minutes; a line per verdict); --from RUN.json reports an earlier run")
+    return execute(run_options(args, profile, "report"), variants)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     if args.output is not None and args.output.suffix == ".json":
         raise UsageError("-o names the Markdown file; its JSON twin is written beside it")
+    check_outputs({"--out-dir": args.out_dir, "-o": args.output.parent if args.output else None}, {"-o": args.output})
     log = (args.log, read_log(args.log)) if args.log else None  # bad input before any probe runs
     report = _run_or_load(args)
     run_id = re.sub(r"[^A-Za-z0-9_.-]+", "-", str((report.get("run") or {}).get("id") or "unknown"))

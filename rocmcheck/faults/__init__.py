@@ -6,7 +6,8 @@ or at the process level (a signal, an abort, a flood of output). The probe's own
 detection logic then has to catch it, which is how the project's tests prove every
 detector on a machine without a GPU, and how users prove their gate and CI fail.
 
-Spec syntax (`--inject` or ROCMCHECK_INJECT): `NAME[:ARG][@PROBE_GLOB]`, comma-separated.
+Spec syntax (`--inject` or ROCMCHECK_INJECT, read by `rocmcheck.options`): `NAME[:ARG][@PROBE_GLOB]`,
+comma-separated.
 ARG narrows the fault (e.g. one copy API); PROBE_GLOB limits it to matching probe ids.
 """
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import UsageError
 
-INJECT_ENV = "ROCMCHECK_INJECT"
 _BUILTIN_MODULES = ("process", "data", "system")
 
 _FAULTS: Dict[str, "Fault"] = {}
@@ -32,6 +32,8 @@ class Fault:
     args: str = ""  # what ARG may be, for the catalogue
     choices: Tuple[str, ...] = ()
     in_facts: bool = False  # also installed in the device-facts child (what torch reports about devices)
+    in_probe: bool = False  # acts at once, as the probe's own code would (a hang, a crash): installed after
+    # runtime init, once the probe's timeout runs; the others patch torch before runtime init
 
     def check_arg(self, arg: Optional[str]) -> None:
         """ARG must match one of `choices` (globs allowed); with none, `args` names a whole
@@ -47,17 +49,20 @@ class Fault:
             raise UsageError(f"fault '{self.name}' takes a whole number ({self.args}), not '{arg}'")
 
 
-def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_facts: bool = False) -> Callable[
+def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_facts: bool = False,
+          in_probe: bool = False) -> Callable[
         [Callable[[Optional[str]], None]], Callable[[Optional[str]], None]]:
     """Register `install(arg)` as fault `name`; it runs in the child before the probe.
 
     `choices` lists what ARG may name (a glob over them is accepted); without choices,
     `args` describes a whole-number ARG; a fault with neither takes no ARG. `in_facts`: the
     fault changes what torch reports about devices, so the device-facts child gets it too.
+    `in_probe`: the fault acts at once (blocks, crashes, exits), so it is installed where the
+    probe would meet it, after runtime init, and its hang is bounded by the probe's timeout.
     """
 
     def register(install: Callable[[Optional[str]], None]) -> Callable[[Optional[str]], None]:
-        _FAULTS[name] = Fault(name, help, install, args or "|".join(choices), tuple(choices), in_facts)
+        _FAULTS[name] = Fault(name, help, install, args or "|".join(choices), tuple(choices), in_facts, in_probe)
         return install
 
     return register
@@ -88,9 +93,13 @@ def parse(spec: str) -> List[FaultRequest]:
     """Parse and validate an injection spec; unknown names are a UsageError."""
     known = catalogue()
     requests = []
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        body, _, scope = part.partition("@")
+    parts = [p.strip() for p in spec.split(",")] if spec.strip() else []
+    for part in parts:
+        body, at, scope = part.partition("@")
         name, _, arg = body.partition(":")
+        if not part or (at and not scope):
+            raise UsageError(f"fault spec '{spec}' has an empty {'fault' if not part else 'probe glob after @'}: "
+                             "write NAME[:ARG][@PROBE_GLOB][,...]")
         if name not in known:
             raise UsageError(f"unknown fault '{name}' (see: rocmcheck list --faults)")
         known[name].check_arg(arg or None)
@@ -98,13 +107,16 @@ def parse(spec: str) -> List[FaultRequest]:
     return requests
 
 
-def install(requests: List[FaultRequest], probe_id: str, facts_only: bool = False) -> List[str]:
+def install(requests: List[FaultRequest], probe_id: str, facts_only: bool = False,
+            in_probe: Optional[bool] = None) -> List[str]:
     """Install the requests that apply to `probe_id` (in the device-facts child: only the faults
-    that change what torch reports about devices); returns what was installed."""
+    that change what torch reports about devices; with `in_probe` given, only the faults whose
+    `in_probe` it equals); returns what was installed."""
     known = catalogue()
     installed = []
     for req in requests:
-        if req.applies_to(probe_id) and (known[req.name].in_facts or not facts_only):
+        wanted = in_probe is None or known[req.name].in_probe == in_probe
+        if req.applies_to(probe_id) and wanted and (known[req.name].in_facts or not facts_only):
             known[req.name].install(req.arg)
             installed.append(str(req))
     return installed

@@ -18,12 +18,12 @@ def _block_forever() -> None:
     threading.Event().wait()
 
 
-@fault("segv", "the probe's process dereferences NULL (SIGSEGV, like a GPU access violation)")
+@fault("segv", "the probe's process dereferences NULL (SIGSEGV, like a GPU access violation)", in_probe=True)
 def _segv(arg: Optional[str]) -> None:
     ctypes.string_at(0)
 
 
-@fault("abort", "the probe's process calls abort() (SIGABRT, like an HSA 'Memory access fault')")
+@fault("abort", "the probe's process calls abort() (SIGABRT, like an HSA 'Memory access fault')", in_probe=True)
 def _abort(arg: Optional[str]) -> None:
     sys.stderr.write("Memory access fault by GPU node-1 (Agent handle: 0x0) on address (nil). Reason: Unknown.\n")
     sys.stderr.flush()
@@ -48,24 +48,25 @@ def _no_binary_for_gpu(arg: Optional[str]) -> None:
 
 
 @fault("exit-no-result", "the probe's process exits with status ARG (default 0) before writing a result",
-       args="exit status")
+       args="exit status", in_probe=True)
 def _exit_no_result(arg: Optional[str]) -> None:
     sys.stdout.flush()
     os._exit(int(arg or 0))
 
 
-@fault("hang", "the probe blocks forever in a C call")
+@fault("hang", "the probe blocks forever in a C call", in_probe=True)
 def _hang(arg: Optional[str]) -> None:
     _block_forever()
 
 
-@fault("ignore-sigterm", "the probe ignores SIGTERM, then blocks forever")
+@fault("ignore-sigterm", "the probe ignores SIGTERM, then blocks forever", in_probe=True)
 def _ignore_sigterm(arg: Optional[str]) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _block_forever()
 
 
-@fault("grandchild-hang", "the probe starts a grandchild that holds its output open, then both block forever")
+@fault("grandchild-hang", "the probe starts a grandchild that holds its output open, then both block forever",
+       in_probe=True)
 def _grandchild_hang(arg: Optional[str]) -> None:
     code = "import sys,time; print('grandchild', flush=True); time.sleep(10**6)"
     grandchild = subprocess.Popen([sys.executable, "-c", code])  # inherits stdout/stderr
@@ -74,7 +75,7 @@ def _grandchild_hang(arg: Optional[str]) -> None:
 
 
 @fault("output-flood", "the probe writes ARG MiB (default 8) without newlines to stdout and stderr, then goes on",
-       args="MiB")
+       args="MiB", in_probe=True)
 def _output_flood(arg: Optional[str]) -> None:
     chunk = "x" * (1 << 20)
     for _ in range(int(arg or 8)):
@@ -84,7 +85,7 @@ def _output_flood(arg: Optional[str]) -> None:
     sys.stderr.flush()
 
 
-@fault("killed", "the probe's process is SIGKILLed by someone else (as the kernel's OOM killer does)")
+@fault("killed", "the probe's process is SIGKILLed by someone else (as the kernel's OOM killer does)", in_probe=True)
 def _killed(arg: Optional[str]) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
