@@ -150,6 +150,8 @@ def device_checksum(t: Any) -> int:
     flat = t.detach().contiguous().reshape(-1)
     if not flat.numel():
         return 0  # an empty tensor cannot be viewed as another dtype
+    if flat.stride(-1) != 1:  # one element counts as contiguous whatever its stride, but cannot be viewed so
+        flat = flat.clone(memory_format=torch.contiguous_format)
     pieces = flat.view(torch.uint8 if flat.element_size() == 1 else torch.int16)
     return _weighted_sum(pieces, lambda s, e: torch.arange(s, e, device=flat.device), lambda p: p.to(torch.int64))
 

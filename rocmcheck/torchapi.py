@@ -3,9 +3,10 @@
 rocmcheck supports torch 2.2 through the newest release (docs/design.md, "Truthful on the torch
 users pin"). A name that arrived after the oldest supported torch is reached only through this
 module, which falls back to the older spelling or raises `Skip` naming the version that has it.
-`rocmcheck/data/torch_api.json` records, for each such name, the first torch that has it;
-tests/test_torch_api.py holds every `torch.` name used anywhere in the package against that table
-and against the names the oldest supported torch really has, so a new use cannot drift in.
+`SINCE` below records, for each such name, the first torch that has it (in code, so a reproducer's
+embedded copy of this module needs no data file); tests/test_torch_api.py holds every `torch.` name
+used anywhere in the package against that table and against the names the oldest supported torch
+really has (tests/data/torch_names_in_oldest.json), so a new use cannot drift in.
 torch is imported inside the functions: importing this module never imports torch.
 """
 from __future__ import annotations
@@ -13,16 +14,22 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
-import json
 import re
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Type
 
 from .errors import Skip
 
-TABLE_PATH = Path(__file__).with_name("data") / "torch_api.json"
-_TABLE: Dict[str, Any] = json.loads(TABLE_PATH.read_text(encoding="utf-8"))
-OLDEST: str = _TABLE["oldest_supported"]  # below it every command that needs torch exits 2
+OLDEST = "2.2"  # the oldest supported torch: below it every command that needs torch exits 2
+SINCE: Dict[str, Tuple[str, str]] = {  # name -> (first torch that has it, what torchapi does without it)
+    "torch.nn.attention.sdpa_kernel": ("2.3", "torch.backends.cuda.sdp_kernel flags (no cuDNN backend)"),
+    "torch.nn.attention.SDPBackend": ("2.3", "torch.backends.cuda.sdp_kernel flags (no cuDNN backend)"),
+    "torch.amp.GradScaler": ("2.3", "torch.cuda.amp.GradScaler on CUDA/ROCm; Skip elsewhere"),
+    "torch.OutOfMemoryError": ("2.4", "torch.cuda.OutOfMemoryError (the same class)"),
+    "torch.backends.cuda.preferred_blas_library": ("2.4", "Skip: the BLAS cannot be chosen"),
+    "torch.distributed.fsdp.fully_shard": ("2.6", "torch.distributed._composable.fsdp.fully_shard"),
+    "torch.distributed._composable.fsdp.fully_shard": ("2.3", "the FSDP check is skipped"),
+}
 
 
 def version_tuple(text: str) -> tuple:
@@ -58,7 +65,7 @@ def installed_version() -> Optional[str]:
 
 def since(name: str) -> Optional[str]:
     """The first torch version that has `name`, for names newer than the oldest supported torch."""
-    return _TABLE.get("names", {}).get(name, {}).get("since")
+    return SINCE[name][0] if name in SINCE else None
 
 
 def lookup(name: str) -> Tuple[bool, Any]:

@@ -2,7 +2,7 @@
 
     python scripts/torch_names.py            list the names this torch lacks (exit 1 if any is unguarded)
     python scripts/torch_names.py --record   under the oldest supported torch: write the names it has
-                                             into rocmcheck/data/torch_api.json's in_oldest
+                                             into tests/data/torch_names_in_oldest.json
 
 A name is read from the source (import statements and attribute chains on `torch` or an alias of
 a torch module), never by running a probe. tests/test_torch_api.py uses the same reading.
@@ -19,6 +19,7 @@ from typing import Dict, List
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "rocmcheck"
+IN_OLDEST = ROOT / "tests" / "data" / "torch_names_in_oldest.json"
 
 
 def _dotted(node: ast.AST, aliases: Dict[str, str]) -> str:
@@ -65,11 +66,11 @@ def uses(package: Path = PACKAGE) -> Dict[str, List[str]]:
     return dict(merged)
 
 
-def table() -> dict:
-    return json.loads((PACKAGE / "data" / "torch_api.json").read_text(encoding="utf-8"))
+def in_oldest() -> dict:
+    return json.loads(IN_OLDEST.read_text(encoding="utf-8"))
 
 
-def versioned(name: str, names: Dict[str, dict]) -> str:
+def versioned(name: str, names: Dict[str, object]) -> str:
     """The table entry that covers `name` (itself or a prefix: SDPBackend.MATH is SDPBackend's), or ''."""
     return next((entry for entry in names if name == entry or name.startswith(entry + ".")), "")
 
@@ -83,19 +84,20 @@ def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--record", action="store_true", help="write in_oldest (run under the oldest supported torch)")
     args = parser.parse_args(argv)
-    data, used = table(), uses()
+    recorded, used = in_oldest(), uses()
     absent = {n: p for n, p in used.items() if not torchapi.lookup(n)[0]}
-    unguarded = {n: p for n, p in absent.items() if not versioned(n, data["names"])}
+    unguarded = {n: p for n, p in absent.items() if not versioned(n, torchapi.SINCE)}
     for name, places in sorted(absent.items()):
         flag = "UNGUARDED " if name in unguarded else ""
         print(f"{flag}torch {torch.__version__} lacks {name}: {', '.join(places[:3])}")
     if args.record:
-        if torchapi.version_tuple(torch.__version__) != torchapi.version_tuple(data["oldest_supported"]):
-            print(f"--record runs under torch {data['oldest_supported']}.x, not {torch.__version__}", file=sys.stderr)
+        if torchapi.version_tuple(torch.__version__) != torchapi.version_tuple(torchapi.OLDEST):
+            print(f"--record runs under torch {torchapi.OLDEST}.x, not {torch.__version__}", file=sys.stderr)
             return 2
-        data["in_oldest"] = sorted(n for n in used if n not in absent and not versioned(n, data["names"]))
-        (PACKAGE / "data" / "torch_api.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        print(f"recorded {len(data['in_oldest'])} names torch {torch.__version__} has")
+        recorded.update(torch=torch.__version__.split("+")[0],
+                        in_oldest=sorted(n for n in used if n not in absent and not versioned(n, torchapi.SINCE)))
+        IN_OLDEST.write_text(json.dumps(recorded, indent=2) + "\n", encoding="utf-8")
+        print(f"recorded {len(recorded['in_oldest'])} names torch {torch.__version__} has")
     return 1 if unguarded else 0
 
 

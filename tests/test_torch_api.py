@@ -1,7 +1,7 @@
 """Every torch name the package uses works on every supported torch, checked on whichever torch is
 installed: a name newer than the oldest supported torch is reached only through rocmcheck/torchapi.py
 (with its fallback), and every other name is one the oldest supported torch really has
-(`in_oldest` in rocmcheck/data/torch_api.json, recorded under that torch by scripts/torch_names.py)."""
+(tests/data/torch_names_in_oldest.json, recorded under that torch by scripts/torch_names.py --record)."""
 import importlib.util
 import sys
 import types
@@ -16,25 +16,26 @@ spec = importlib.util.spec_from_file_location("torch_names", ROOT / "scripts" / 
 torch_names = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(torch_names)
 
-TABLE = torch_names.table()
+SINCE = torchapi.SINCE
+IN_OLDEST = torch_names.in_oldest()["in_oldest"]
 USES = torch_names.uses()
 FACADE = "rocmcheck/torchapi.py"
 
 
 def test_version_dependent_names_are_reached_only_through_torchapi():
     outside = {name: [p for p in places if not p.startswith(FACADE)] for name, places in USES.items()
-               if torch_names.versioned(name, TABLE["names"])}
+               if torch_names.versioned(name, SINCE)}
     assert not {n: p for n, p in outside.items() if p}, \
         "use these through rocmcheck.torchapi, which falls back on older torch"
 
 
 def test_every_other_name_is_in_the_oldest_supported_torch():
     unknown = {name: places[:2] for name, places in USES.items()
-               if not torch_names.versioned(name, TABLE["names"]) and name not in TABLE["in_oldest"]}
+               if not torch_names.versioned(name, SINCE) and name not in IN_OLDEST}
     assert not unknown, (
-        f"not known to exist in torch {TABLE['oldest_supported']}: run `python scripts/torch_names.py --record` "
-        f"under torch {TABLE['oldest_supported']}.x (make compat keeps one), or add the name to "
-        f"rocmcheck/data/torch_api.json with a fallback in rocmcheck/torchapi.py")
+        f"not known to exist in torch {torchapi.OLDEST}: run `python scripts/torch_names.py --record` "
+        f"under torch {torchapi.OLDEST}.x (make compat keeps one), or add the name to "
+        f"rocmcheck.torchapi.SINCE with a fallback in rocmcheck/torchapi.py")
 
 
 def test_names_resolve_on_the_installed_torch():
@@ -44,10 +45,10 @@ def test_names_resolve_on_the_installed_torch():
 
     installed = torchapi.version_tuple(torch.__version__)
     lacking = [name for name, places in USES.items()
-               if name in TABLE["in_oldest"] and not all(p.startswith(FACADE) for p in places)
+               if name in IN_OLDEST and not all(p.startswith(FACADE) for p in places)
                and not torchapi.lookup(name)[0]]
-    lacking += [name for name, entry in TABLE["names"].items()
-                if torchapi.version_tuple(entry["since"]) <= installed and not torchapi.lookup(name)[0]]
+    lacking += [name for name, (first, _) in SINCE.items()
+                if torchapi.version_tuple(first) <= installed and not torchapi.lookup(name)[0]]
     assert not lacking, f"torch {torch.__version__} lacks {lacking}"
 
 
@@ -61,7 +62,7 @@ def test_the_reading_sees_aliases_imports_and_chains():
             "torch.nn.attention.sdpa_kernel.x", "torch.backends.cuda.preferred_blas_library",
             "torch.accelerator.synchronize"} <= set(found)
     assert "torch.backends.cuda" not in found  # only the outermost link of a chain counts
-    assert torch_names.versioned("torch.nn.attention.SDPBackend.MATH", TABLE["names"])
+    assert torch_names.versioned("torch.nn.attention.SDPBackend.MATH", SINCE)
 
 
 @pytest.mark.parametrize("text, expected", [("2.4.1+rocm6.0", (2, 4)), ("2.6.0a0+git1234", (2, 6)),
