@@ -17,6 +17,7 @@ from .. import __version__
 from ..errors import TorchMissing, UsageError
 from ..model import ExitCode
 from ..render import short
+from ..safetext import clean
 
 COMMAND_MODULES = ("listing", "run", "env", "matrix", "diff", "report", "doctor")  # in `--help` order
 
@@ -59,7 +60,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _could_not_assess(argv: List[str], message: str) -> int:
     """Exit 2 with one line on stderr; under `gate --json -` also the UNKNOWN node verdict on
-    stdout (read from argv: the error may be that argv itself does not parse)."""
+    stdout (read from argv: the error may be that argv itself does not parse). The message
+    may quote anything (an option's value, an exception's text): it is made safe first."""
+    message = clean(message)
     print(f"rocmcheck: {message}", file=sys.stderr)
     wants_document = argv[:1] == ["gate"] and any(
         a == "--json=-" or (a == "--json" and argv[i + 1:i + 2] == ["-"]) for i, a in enumerate(argv))
