@@ -43,11 +43,12 @@ def printable(text: Any) -> str:
 
 
 def bounded(text: str, limit: int = TEXT_LIMIT_CHARS) -> str:
-    """`text` cut to its first and last `limit // 2` characters, the cut marked."""
+    """`text` cut to `limit` characters: its head and tail, the cut marked between them."""
     if len(text) <= limit:
         return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut by rocmcheck ...]\n{text[-half:]}"
+    mark = f"\n[... {len(text)} characters, cut to {limit} by rocmcheck ...]\n"
+    head = (limit - len(mark)) // 2
+    return text[:head] + mark + text[len(text) - (limit - len(mark) - head):]
 
 
 class _Boundary(Redactor):

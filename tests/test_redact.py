@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from rocmcheck.fingerprint import env_vars
 from rocmcheck.redact import REDACTED, Redactor, gpu_env_name
+from rocmcheck.safetext import TEXT_LIMIT_CHARS, clean
 
 GHP = "ghp_" + "A1b2C3d4" * 4 + "Zz9Y"
 FINE_PAT = "github_pat_" + "11ABCDEFG0" * 3 + "_" + "x" * 40
@@ -209,3 +210,14 @@ def test_linear_time_on_adversarial_megabytes():
     started = time.perf_counter()
     Redactor().text(text)
     assert time.perf_counter() - started < 60
+
+
+def test_clean_redacts_then_keeps_head_and_tail_of_a_huge_message():
+    """A probe's 2 MB message: every secret goes (before the cut, so no half of one survives
+    it), then the first and last 8 kB stay, the cut marked."""
+    secret = "glpat-" + "z7" * 12
+    text = "start " + ("x" * 99 + "\n") * 20_000 + f" token {secret} end"
+    out = clean(text)
+    assert len(out) == TEXT_LIMIT_CHARS and secret not in out and out.startswith("start xxx")
+    assert out.endswith(f"token {REDACTED} end") and f"characters, cut to {TEXT_LIMIT_CHARS} by rocmcheck ...]" in out
+    assert clean(out) == out  # a cleaned text is clean: the journal and the report may clean again
