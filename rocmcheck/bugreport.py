@@ -3,11 +3,14 @@ user would regret pasting in public.
 
 Writes a Markdown file that fits a GitHub issue body (trimmed by priority, saying what
 was cut), its JSON twin with everything, and a standalone reproducer per failing probe
-variant. Every string goes through `redact.Redactor` first, and the final Markdown and
-scripts once more, so no renderer can reintroduce a secret.
+variant. A run's text was redacted as the run recorded it (`safetext.clean`); here every
+string goes through `redact.Redactor` again, now with the environment allow-list (a report
+may come from anywhere), and the final Markdown and scripts once more, so no renderer can
+reintroduce a secret.
 """
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections import Counter
@@ -21,7 +24,7 @@ from .explain import explain
 from .fingerprint import summary
 from .jsonsafe import jsonsafe
 from .model import EVIDENCE_TAILS, STATUS_VALUES, Status, Verdict, count_statuses, is_bad, is_notable
-from .redact import Redactor
+from .redact import REDACTED, Redactor
 from .render import counts_line, doctor_markdown, markdown_matrix, short
 from .storage import report_json, write_atomic
 
@@ -121,17 +124,18 @@ def build(report: Mapping[str, Any], anonymize: bool = False, stem: str = "rocmc
     report = {**report, "run": run, "fingerprint": fingerprint,
               "verdicts": [_with_known_issues(v, fingerprint) for v in verdicts]}
     redactor = Redactor(anonymize)
+    already = json.dumps(report).count(REDACTED)  # a fresh run is redacted as it is recorded
     if log is not None:
         report["log"] = {"source": log[0], **explain(log[1], None, redactor)}
     clean = redactor.data(report)
     scripts, no_repro = _reproducers(clean, redactor, stem, probes_paths)
     notes = [f"{dropped} malformed verdict record(s) in the source were left out."] if dropped else []
-    context = {"redaction": redactor.summary(), "twin": f"{stem}.json", "source": redactor.text(source),
+    context = {"redaction": redactor.summary(already), "twin": f"{stem}.json", "source": redactor.text(source),
                "notes": notes}
     markdown, cuts = _fit(clean, scripts, no_repro, context, redactor)
     twin = {**clean, "bug_report": {
         "generated": time.time(), "generator": f"rocmcheck {__version__}", "source": context["source"],
-        "redactions": redactor.counts(), "redaction_summary": context["redaction"],
+        "redactions": redactor.counts(), "redacted_as_recorded": already, "redaction_summary": context["redaction"],
         "environment_variables_left_out": len(redactor.omitted_env),
         "anonymized": anonymize, "markdown_cut": cuts, "notes": notes,
         "reproducers": [{"variant": r.variant, "file": r.filename, "script": r.script} for r in scripts],

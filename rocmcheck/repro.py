@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from . import __version__
 from .model import ProbeSpec, variant_id
-from .redact import REDACTED
+from .redact import REDACTED, Redactor, gpu_env_name
 from .registry import module_file
 
 # The `rocmcheck` package as a reproducer sees it. Anything else a probe takes from
@@ -65,35 +65,40 @@ class Reproducer:
 
 class EmbeddedSources:
     """Import hook serving the modules embedded in this script (name -> (source, is a
-    package)); a prefix of an embedded name with no source of its own is an empty package."""
+    package)); a prefix of an embedded name with no source of its own is an empty package.
+    What the hook needs is imported before it is installed: an import inside `find_spec`
+    would ask this hook again, without end (a plain venv has no `importlib.util` loaded yet)."""
 
     def __init__(self, sources):
+        import importlib.util
+        import linecache
+
         self.sources = sources
+        self.spec_from_loader = importlib.util.spec_from_loader
+        self.linecache = linecache.cache
 
     def find_spec(self, name, path=None, target=None):
-        import importlib.util
-
         prefix = any(other.startswith(name + ".") for other in self.sources)
         if name not in self.sources and not prefix:
             return None
-        return importlib.util.spec_from_loader(name, self, origin=f"<embedded {name}>",
-                                            is_package=prefix or self.sources[name][1])
+        return self.spec_from_loader(name, self, origin=f"<embedded {name}>",
+                                     is_package=prefix or self.sources[name][1])
 
     def create_module(self, spec):
         return None
 
     def exec_module(self, module):
-        import linecache
-
         source = self.sources.get(module.__name__, ("", True))[0]
         filename = f"<embedded {module.__name__}>"
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # readable tracebacks
+        self.linecache[filename] = (len(source), None, source.splitlines(True), filename)  # readable tracebacks
         exec(compile(source, filename, "exec"), module.__dict__)
 
 
 def reproduce(config, sources):
     """Run the embedded probe once as rocmcheck's child would; print the verdict and exit
-    1 when it is FAIL or ERROR (or the probe hangs past its timeout)."""
+    1 when it is FAIL or ERROR (or the probe hangs past its timeout). Like the child, it
+    ends with os._exit once the verdict is out: interpreter teardown (a thread or worker
+    the probe or torch left behind, a wedged runtime) must not turn a verdict into a hang."""
     import faulthandler
     import importlib
     import os
@@ -147,7 +152,9 @@ def reproduce(config, sources):
     print(f"{status} {config['variant']}: {message}")
     if ctx.measurements:
         print(f"measurements: {ctx.measurements}")
-    sys.exit(1 if status in ("FAIL", "ERROR") else 0)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1 if status in ("FAIL", "ERROR") else 0)
 
 
 # --- building a script ------------------------------------------------------------------------
@@ -278,13 +285,15 @@ def _params(spec: ProbeSpec, verdict: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def variant_env(report: Mapping[str, Any], verdict: Mapping[str, Any]) -> Dict[str, str]:
-    """The GPU-related environment the variant ran with: host, run-wide, then its own."""
+    """The GPU-related environment the variant ran with: host, run-wide, then its own; only
+    the GPU allow-list, secret-looking parts of values redacted."""
     host = ((report.get("fingerprint") or {}).get("host") or {}).get("env")
     env: Dict[str, str] = {}
     for layer in (host, (report.get("run") or {}).get("env"), verdict.get("env")):
         if isinstance(layer, dict):
-            env.update({str(k): str(v) for k, v in layer.items() if v != REDACTED})
-    return env
+            env.update({str(k): str(v) for k, v in layer.items() if gpu_env_name(str(k)) and v != REDACTED})
+    redactor = Redactor()
+    return {name: redactor.text(value) for name, value in env.items()}
 
 
 def filename_for(variant: str) -> str:

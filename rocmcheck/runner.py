@@ -28,7 +28,7 @@ from .launch import ChildProcess, IsolationServerDied, SpawnLauncher
 from .model import DeviceInfo, Status, Variant, Verdict
 from .options import FIRST_USE_LIMIT_S, ISOLATIONS
 from .registry import module_file
-from .safetext import clean, clean_tree
+from .safetext import clean, clean_env, clean_tree
 from .storage import Journal, SCHEMA, SCHEMA_VERSION, new_run_id, report_json, report_paths, write_atomic
 from . import watchdog
 from .verdicts import assemble, end_summary, read_result, read_text
@@ -315,7 +315,7 @@ class Runner:
 
     def fingerprint(self) -> Dict[str, Any]:
         dev = self.device
-        return {"host": fingerprint.host_facts(), "device_facts": self.facts,
+        return {"host": clean_tree(fingerprint.host_facts()), "device_facts": self.facts,
                 "device": {"name": dev.name, "backend": dev.backend, "count": dev.count, "arch": dev.arch,
                            "under_test": [d.name for d in self.devices]}}
 
@@ -373,7 +373,7 @@ class Runner:
             verdict.evidence["fix"] = self.arch_fix()
         if device.kind == "gpu" and verdict.status.is_bad:
             verdict.evidence.update(kernellog.evidence(log_since))
-        verdict.env = {**self.opts.env, **variant_env}
+        verdict.env = clean_env({**self.opts.env, **variant_env})
         if verdict.status is Status.HANG and device.kind == "gpu":
             verdict.evidence["device_canary"] = self.device_canary(variant.id, device)
         return verdict
@@ -572,10 +572,10 @@ class Runner:
                 "fingerprint": self.fingerprint_cache}
 
     def _run_info(self) -> Dict[str, Any]:
-        return {"id": self.run_id, "command": self.opts.command, "argv": sys.argv[1:],
+        return {"id": self.run_id, "command": self.opts.command, "argv": clean_tree(sys.argv[1:]),
                 "started": self.started_at, "device": self.device.name, "profile": self.opts.profile,
                 "isolation": self.isolation, "isolation_requested": self.opts.isolation,
-                "inject": self.opts.inject, "env": self.opts.env, "notes": self.notes}
+                "inject": self.opts.inject, "env": clean_env(self.opts.env), "notes": self.notes}
 
     def report(self, partial: bool, interrupted: Optional[str]) -> Dict[str, Any]:
         counts: Dict[str, int] = {}

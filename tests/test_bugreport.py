@@ -11,68 +11,11 @@ from rocmcheck import bugreport
 from rocmcheck.cli import main
 from rocmcheck.storage import SCHEMA, load_report
 
-GHP = "ghp_" + "Zx81Kq" * 6
 HF = "hf_" + "abcdefghij" * 3 + "WXYZ"
-HF_ARGV = "hf_" + "QRSTUVWXYZ" * 3 + "abcd"
-WANDB = "0123456789abcdef0123456789abcdef01234567"
-DB_PASSWORD = "pw0rd-in-argv"
-URL_PASSWORD = "hunter2-in-url"
-STDERR_PASSWORD = "p4ss-in-stderr"
-SECRETS = (GHP, HF, HF_ARGV, WANDB, DB_PASSWORD, URL_PASSWORD, STDERR_PASSWORD, "sess-value-1")
-
-LEAKY_PROBE = f'''
-import os
-import sys
-
-import rocmcheck
-
-
-@rocmcheck.probe("leaky-secrets", title="leaks secrets", targets="redaction", timeout=30)
-def leaky(ctx):
-    print("pushing with {GHP}", file=sys.stderr)
-    print("db at postgres://u:{STDERR_PASSWORD}@h:5432/x", file=sys.stderr)
-    print("WANDB_API_KEY=" + os.environ["WANDB_API_KEY"], file=sys.stderr)
-    print("token " + os.environ["HF_TOKEN"])
-    assert False, "upload to https://user:{URL_PASSWORD}@example.com/x?token=abc failed"
-'''
 
 
 def _files(md: Path):
     return md.read_text(), md.with_suffix(".json").read_text(), sorted(md.parent.glob(f"{md.stem}-repro-*.py"))
-
-
-def test_planted_secrets_reach_neither_file_while_gpu_variables_stay(tmp_path, monkeypatch, capsys):
-    probes = tmp_path / "probes"
-    probes.mkdir()
-    (probes / "leaky.py").write_text(LEAKY_PROBE)
-    for name, value in {"HF_TOKEN": HF, "WANDB_API_KEY": WANDB, "GITHUB_TOKEN": GHP, "HIP_VISIBLE_DEVICES": "1",
-                        "HSA_OVERRIDE_GFX_VERSION": "11.0.0", "HSA_SESSION_ID": "sess-value-1"}.items():
-        monkeypatch.setenv(name, value)
-    argv = ["report", "--device", "cpu", "--probes-path", str(probes), "--probe", "leaky-secrets",
-            "-o", str(tmp_path / "bug.md"), "--out-dir", str(tmp_path / "raw")]
-    monkeypatch.setattr(sys, "argv", ["rocmcheck", *argv, "--hf-token", HF_ARGV,
-                                      f"postgres://admin:{DB_PASSWORD}@db:5432/x"])  # what the run records
-    assert main(argv) == 0
-    md, twin, scripts = _files(tmp_path / "bug.md")
-    raw = (next((tmp_path / "raw").glob("*.json"))).read_text()
-    assert GHP in raw and DB_PASSWORD in raw  # the plain run keeps them: the report is what redacts
-    assert len(scripts) == 1
-    written = capsys.readouterr().out.split("\nwrote ")[1]  # the live verdict lines above are local only
-    for text in (md, twin, scripts[0].read_text(), written):
-        for secret in SECRETS:
-            assert secret not in text
-    for text in (md, twin):
-        assert "HIP_VISIBLE_DEVICES" in text and "HSA_OVERRIDE_GFX_VERSION" in text and "11.0.0" in text
-        assert "[REDACTED]" in text
-    for kind in ("GitHub token: 1", "Hugging Face token: 2", "credentials in a URL: 3", "secret-named value: 1",
-                 "secret URL parameter: 1"):
-        assert kind in md
-    data = json.loads(twin)
-    assert data["fingerprint"]["host"]["env"]["HIP_VISIBLE_DEVICES"] == "1"
-    assert "HSA_SESSION_ID" not in data["fingerprint"]["host"]["env"]  # secret-looking: never collected
-    assert data["bug_report"]["redactions"]["GitHub token"] == 1
-    assert data["bug_report"]["redactions"]["credentials in a URL"] == 3
-    assert load_report(tmp_path / "bug.json")["verdicts"][0]["status"] == "fail"  # the twin is a report
 
 
 def _verdict(variant, status, message, **evidence):

@@ -5,15 +5,15 @@ site, no checkout on the path, run from an unrelated folder) it works, with and 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import zipfile
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, List
 
 import pytest
+
+from conftest import make_venv, run_in
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_SUFFIXES = (".py", ".json", ".typed")
@@ -66,37 +66,17 @@ def test_building_the_wheel_prints_no_warning_of_ours(tmp_path):
 # --- installed like a user: a venv that sees nothing of this machine ---------------------------
 
 
-def isolated_env(venv: Path) -> Dict[str, str]:
-    """No user site, no PYTHONPATH, nothing of ours in the environment; pip keeps its cache."""
-    keep = {k: v for k, v in os.environ.items()
-            if k in ("HOME", "LANG", "LC_ALL", "TMPDIR", "PIP_CACHE_DIR", "PIP_CONSTRAINT", "PIP_INDEX_URL",
-                     "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CONFIG_FILE")}
-    return {**keep, "PATH": f"{venv / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin", "PYTHONNOUSERSITE": "1"}
-
-
-def make_venv(path: Path, wheel: Path, *extra: str) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)  # no system site-packages
-    pip = subprocess.run([str(path / "bin" / "python"), "-I", "-m", "pip", "install", "-q",
-                          "--disable-pip-version-check", str(wheel), *extra],
-                         capture_output=True, text=True, env=isolated_env(path), cwd=path)
-    assert pip.returncode == 0, pip.stderr[-3000:]
-    return path
-
-
-def run_in(venv: Path, args: List[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=cwd, env=isolated_env(venv), capture_output=True, text=True, timeout=timeout)
-
-
 @pytest.fixture(scope="module")
 def bare_venv(tmp_path_factory, wheel) -> Path:
     """The wheel and what it declares, plus pytest for the plugin: no torch."""
-    return make_venv(tmp_path_factory.mktemp("bare") / "venv", wheel, "pytest")
+    return make_venv(tmp_path_factory.mktemp("bare") / "venv", str(wheel), "pytest")
 
 
 @pytest.fixture(scope="module")
 def torch_venv(tmp_path_factory, wheel) -> Path:
     """The wheel plus torch (the version this suite runs with) and pytest, from the package index."""
-    return make_venv(tmp_path_factory.mktemp("torch") / "venv", wheel, f"torch=={metadata.version('torch')}", "pytest")
+    return make_venv(tmp_path_factory.mktemp("torch") / "venv", str(wheel), f"torch=={metadata.version('torch')}",
+                     "pytest")
 
 
 @pytest.fixture

@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import getpass
 import socket
+import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rocmcheck.fingerprint import env_vars
 from rocmcheck.redact import REDACTED, Redactor, gpu_env_name
+from rocmcheck.safetext import TEXT_LIMIT_CHARS, clean
 
 GHP = "ghp_" + "A1b2C3d4" * 4 + "Zz9Y"
 FINE_PAT = "github_pat_" + "11ABCDEFG0" * 3 + "_" + "x" * 40
@@ -99,3 +103,121 @@ def test_argv_lists_redact_the_value_after_a_secret_option():
     assert argv == ["report", "--token", REDACTED, "--device", "cpu", f"--api-key={REDACTED}", "-k", "gemm"]
     assert redactor.counts() == {"secret option": 2}
     assert redactor.text("`HIP_API_KEY=[REDACTED]`") == "`HIP_API_KEY=[REDACTED]`"  # Markdown code spans survive
+
+
+# --- the rules of issue 21: every token shape, every form of a secret key, PEM blocks ---------
+
+TABLE = {  # kind -> a token of that shape, as the token table must catch it anywhere
+    "GitHub token": "ghp_" + "a1B2" * 6, "GitLab token": "glpat-" + "x9Y8" * 5,
+    "Hugging Face token": "hf_" + "Ab3" * 6, "Slack token": "xoxp-1234-5678-abcdefXYZ",
+    "AWS access key id": "ASIA" + "Q7W8E9R0T1Y2U3I4", "Google API key": "AIza" + "b" * 35,
+    "Google OAuth token": "ya29." + "c0" * 12, "Azure client secret": "abc8Q~" + "d" * 33,
+    "OpenAI-style key": "sk-ant-api03-" + "e5" * 12, "Stripe key": "sk_live_" + "f6" * 10,
+    "npm token": "npm_" + "g7" * 18, "PyPI token": "pypi-AgE" + "h8" * 16,
+    "Docker Hub token": "dckr_pat_" + "i9" * 12,
+    "JSON web token": "eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.c2ln",
+}
+
+
+@pytest.mark.parametrize("kind", list(TABLE))
+def test_every_token_shape_of_the_table(kind):
+    redactor = Redactor()
+    assert redactor.text(f"value: ({TABLE[kind]}) end") == f"value: ({REDACTED}) end"
+    assert redactor.counts() == {kind: 1}
+
+
+@pytest.mark.parametrize("text,secret", [
+    ("connect Password=Hunter-22 now", "Hunter-22"), ("db_password: s3cr3t-pw", "s3cr3t-pw"),
+    ('{"api_key": "with spaces 42"}', "with spaces 42"), ("{'client_secret': 'cs-991'}", "cs-991"),
+    ("X-Api-Key: hdr-55aa", "hdr-55aa"), ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,password:pw-in-conf",
+                                          "pw-in-conf"),
+    ("redis://:pw-no-user@cache:6379", "pw-no-user"), ("https://x-oauth-basic-token-1234567@host/r", "x-oauth-basic"),
+    ("Authorization: Basic dXNlcjpwYXNz", "dXNlcjpwYXNz"),
+    ("curl -H 'Authorization: Bearer abc.def.ghi'", "abc.def.ghi"),
+    ("Cookie: session=s-1; theme=dark", "s-1"), ("token abc then bearer 0123456789abcdef", "0123456789abcdef"),
+    ("https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX", "XXXXXXXXXXXXXXXXXXXXXXXX"),
+])
+def test_context_forms_in_any_case(text, secret):
+    out = Redactor().text(text)
+    assert secret not in out and REDACTED in out, out
+
+
+@pytest.mark.parametrize("text", [
+    "max_split_size_mb:128,expandable_segments:True", "key_padding_mask=None",
+    "attn(q, k, v, key_padding_mask=m)",
+    "torch 2.13.0+git1a2b3c4d5e6f7a8b", "sha256:0123456789abcdef0123456789abcdef", "eos_token=</s> pad_token: <pad>",
+    "max_new_tokens=20 num_tokens: 7", "tokenizer=AutoTokenizer", "    token = new_token()",
+    "def f(token: str) -> None:",
+    "env={TOKEN_ENV: token}", '{"TOKEN_ENV": "ROCMCHECK_CHILD_TOKEN"}', "KeyError: 'weight'", "http://localhost:8080/x",
+    "git@github.com:ROCm/ROCm.git", "hf_hub_download(repo_id)", "the bearer of bad news",
+    "ROCm 6.4 gfx942:sramecc+:xnack-",
+])
+def test_near_misses_stay(text):
+    redactor = Redactor()
+    assert redactor.text(text) == text
+    assert redactor.counts() == {}
+
+
+def test_values_of_secret_named_variables_go_wherever_they_appear():
+    environ = {"MY_SERVICE_PASSWORD": "svc-pass-1", "WANDB_API_KEY": "0f1e2d3c4b5a", "PWD": "/work/project",
+               "XDG_SESSION_TYPE": "wayland", "HF_HUB_DISABLE_TOKEN": "1", "HIP_VISIBLE_DEVICES": "0,1"}
+    redactor = Redactor(environ=environ)
+    out = redactor.text("printed svc-pass-1 and 0f1e2d3c4b5a bare, in /work/project on wayland with 1 GPU")
+    assert out == f"printed {REDACTED} and {REDACTED} bare, in /work/project on wayland with 1 GPU"
+    assert redactor.counts() == {"secret-named variable": 2}
+
+
+PEM = "-----BEGIN OPENSSH PRIVATE KEY-----\n{}\n-----END OPENSSH PRIVATE KEY-----"
+KEY_LINES = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAE\nbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW"
+
+
+@pytest.mark.parametrize("text,kept", [
+    (f"before\n{PEM.format(KEY_LINES)}\nafter", ("before\n-----BEGIN", "-----END OPENSSH PRIVATE KEY-----\nafter")),
+    (f"[... 9 bytes cut by rocmcheck ...]\n{KEY_LINES}\n-----END RSA PRIVATE KEY-----", ("cut by rocmcheck ...]\n",)),
+    (f"-----BEGIN EC PRIVATE KEY-----\n{KEY_LINES}\nTraceback (most recent call last):", ("Traceback (most",)),
+])
+def test_private_key_blocks_whole_or_cut(text, kept):
+    out = Redactor().text(text)
+    assert "b3BlbnNzaC1" not in out and "bm9uZQAAAAAA" not in out and REDACTED in out
+    for part in kept:
+        assert part in out
+
+
+SEPARATORS = " \n\t,;:=()[]{}'\"|/"
+
+
+@given(st.sampled_from(sorted(TABLE.values())), st.text(alphabet=SEPARATORS + "@", min_size=1, max_size=4),
+       st.text(alphabet=SEPARATORS, min_size=1, max_size=4), st.text(max_size=40))
+def test_a_token_never_survives_its_surroundings(token, before, after, noise):
+    out = Redactor().text(noise + before + token + after + noise)
+    assert token not in out
+
+
+@given(st.text(max_size=300))
+def test_redacting_twice_changes_nothing_more(text):
+    once = Redactor().text(text)
+    assert Redactor().text(once) == once
+
+
+def test_linear_time_on_adversarial_megabytes():
+    """Each shape that made a rule backtrack (a URL rule took 1 s on 16 kB): 2 MB in all, done in
+    seconds; a quadratic rule would take hours on this input."""
+    pieces = ["a://" + "a:" * 40_000, "@" * 80_000, "KEY" * 30_000, "--" + "key" * 30_000, "a='" * 30_000,
+              "a." * 40_000, "-----BEGIN PRIVATE KEY-----" * 4_000, "-----END PRIVATE KEY-----" * 4_000,
+              "A" * 20 + "\n" * 30_000, "eyJ" * 30_000, "a+" * 40_000 + "://", "Authorization: " * 6_000]
+    text = "".join(pieces * 3)
+    assert len(text) > 2_000_000
+    started = time.perf_counter()
+    Redactor().text(text)
+    assert time.perf_counter() - started < 60
+
+
+def test_clean_redacts_then_keeps_head_and_tail_of_a_huge_message():
+    """A probe's 2 MB message: every secret goes (before the cut, so no half of one survives
+    it), then the first and last 8 kB stay, the cut marked."""
+    secret = "glpat-" + "z7" * 12
+    text = "start " + ("x" * 99 + "\n") * 20_000 + f" token {secret} end"
+    out = clean(text)
+    assert len(out) == TEXT_LIMIT_CHARS and secret not in out and out.startswith("start xxx")
+    assert out.endswith(f"token {REDACTED} end") and f"characters, cut to {TEXT_LIMIT_CHARS} by rocmcheck ...]" in out
+    assert clean(out) == out  # a cleaned text is clean: the journal and the report may clean again

@@ -17,6 +17,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
+from conftest import isolated_env, linked_venv
 from rocmcheck import bugreport, fingerprint, registry, repro
 from rocmcheck.model import Status, Verdict, variant_id
 from rocmcheck.runner import RunOptions
@@ -43,6 +44,13 @@ def fake_copy(ctx, shape, mode):
     got = torch.from_numpy(want).to(ctx.device, copy=True).cpu().numpy()
     ctx.measure(zeros=int((got == 0).sum()))
     assert (got == want).all(), "host-to-device copy came back wrong"
+
+
+@rocmcheck.probe("repro-fake-lingering", title="fake", targets="a reproducer ends though a thread lingers", timeout=30)
+def fake_lingering(ctx):
+    import threading
+
+    threading.Thread(target=threading.Event().wait, name="lingering").start()  # no daemon: blocks a normal exit
 
 
 @rocmcheck.probe("repro-fake-backward", title="fake", targets="a hang in the reproducer is FAIL", timeout=1.5)
@@ -264,3 +272,50 @@ def test_helper_modules_are_followed_transitively(tmp_path):
             "rocmcheck.redact", "rocmcheck.context"} <= names
     assert not {"rocmcheck.runner", "rocmcheck.cli"} & names
     assert variant_id("p", {"a": (1, 2)}) == "p[(1, 2)]"
+
+
+# --- as users run them: `python FILE.py` in a venv with only torch and numpy ------------------
+
+
+@pytest.fixture(scope="module")
+def plain_venv(tmp_path_factory) -> Path:
+    """No system site-packages, no rocmcheck: only torch (this suite's) and numpy."""
+    return linked_venv(tmp_path_factory.mktemp("plain") / "venv", "torch", "numpy")
+
+
+def test_reproducers_run_as_users_run_them(outcome, plain_venv, tmp_path):
+    """A healthy host passes the script of a variant that failed under --inject; the planted
+    environment fault still fails; a thread left running does not keep the script from ending.
+    In a plain venv nothing has imported importlib.util before the embedded import hook runs."""
+    _, scripts, _, _ = outcome
+    lingering = repro.build(registry.get("repro-fake-lingering"), {"variant": "repro-fake-lingering",
+                            "status": "fail", "message": "recorded"}, {"run": {"device": "cpu"}}, "this host")
+    (tmp_path / lingering.filename).write_text(lingering.script)
+    runs = {"device-smoke": (scripts["device-smoke"], 0, "PASS device-smoke: ok"),
+            "config-lint[hsa-override]": (scripts["config-lint[hsa-override]"], 1, "FAIL config-lint[hsa-override]:"),
+            "repro-fake-lingering": (tmp_path / lingering.filename, 0, "PASS repro-fake-lingering: ok")}
+    procs = {vid: subprocess.Popen(["python", str(script)], cwd=tmp_path, env=isolated_env(plain_venv), text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for vid, (script, _, _) in runs.items()}
+    try:
+        for vid, (_, code, line) in runs.items():
+            out, err = procs[vid].communicate(timeout=120)  # a script that does not end fails here
+            assert procs[vid].returncode == code and line in out, (vid, out[-2000:], err[-3000:])
+    finally:
+        for proc in procs.values():
+            proc.kill()
+
+
+def test_the_import_hook_imports_nothing_while_it_is_asked(monkeypatch):
+    """An import inside find_spec asks the hook again: RecursionError wherever nothing had
+    imported importlib.util before (a plain venv; an editable install hid it)."""
+    import builtins
+
+    hook = repro.EmbeddedSources({"pkg.mod": ("X = 1", False)})
+    imported, real = [], builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: imported.append(name) or real(name, *a, **k))
+    specs = [hook.find_spec("pkg"), hook.find_spec("pkg.mod"), hook.find_spec("numpy")]
+    monkeypatch.undo()
+    assert imported == []
+    assert specs[0].submodule_search_locations is not None  # the prefix: an empty package
+    assert specs[1].origin == "<embedded pkg.mod>" and specs[2] is None

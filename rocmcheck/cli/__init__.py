@@ -22,6 +22,7 @@ from typing import List, Optional
 from .. import __version__
 from ..errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from ..model import ExitCode
+from ..safetext import clean
 from . import console
 
 COMMAND_MODULES = ("listing", "run", "env", "matrix", "diff", "report", "doctor", "explain")  # in `--help` order
@@ -83,7 +84,9 @@ def _interrupted(message: str) -> int:
 
 def _could_not_assess(argv: List[str], message: str) -> int:
     """Exit 2 with one line on stderr; under `gate --json -` also the UNKNOWN node verdict on
-    stdout (read from argv: the error may be that argv itself does not parse)."""
+    stdout (read from argv: the error may be that argv itself does not parse). The message
+    may quote anything (an option's value, an exception's text): it is made safe first."""
+    message = clean(message)
     print(f"rocmcheck: {message}", file=sys.stderr)
     wants_document = argv[:1] == ["gate"] and any(
         a == "--json=-" or (a == "--json" and argv[i + 1:i + 2] == ["-"]) for i, a in enumerate(argv))
