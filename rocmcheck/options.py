@@ -18,18 +18,21 @@ from .errors import UsageError
 
 ISOLATIONS = ("zygote", "spawn")
 DEVICE_HELP = ("auto (every visible GPU; inside a torchrun rank its LOCAL_RANK GPU; the CPU only on a host "
-               "without GPU), all, cpu, or cuda:N[,M...] (ROCm GPUs use the cuda name too)")
+               "without GPU), all, cpu, or cuda:N[,M...] (ROCm GPUs use the cuda name too; simgpu:N for the "
+               "simulated GPUs of --inject simgpu)")
 
 
 def device(text: str) -> str:
-    """auto, all, cpu, or cuda:N[,M...] (hip:N is accepted: ROCm builds use the cuda name)."""
+    """auto, all, cpu, or cuda:N[,M...] (hip:N is accepted: ROCm builds use the cuda name; simgpu:N
+    names the simulated GPUs, and the GPUs under test take the type torch reports, whichever is given)."""
     if text in ("auto", "all", "cpu"):
         return text
     head, _, indexes = text.partition(":")
     numbers = indexes.split(",")
-    if head in ("cuda", "hip") and all(n.isdigit() for n in numbers):
-        return "cuda:" + ",".join(str(n) for n in dict.fromkeys(int(n) for n in numbers))
-    raise ValueError(f"must be auto, all, cpu or cuda:N[,M...], not '{text}'")
+    if head in ("cuda", "hip", "simgpu") and all(n.isdigit() for n in numbers):
+        kind = "simgpu" if head == "simgpu" else "cuda"
+        return f"{kind}:" + ",".join(str(n) for n in dict.fromkeys(int(n) for n in numbers))
+    raise ValueError(f"must be auto, all, cpu, cuda:N[,M...] or simgpu:N[,M...], not '{text}'")
 
 
 def positive(text: str) -> float:
@@ -85,7 +88,7 @@ class Option:
 
 
 OPTIONS: Dict[str, Option] = {o.name: o for o in (
-    Option("device", DEVICE_HELP, "DEVICE", device, "auto, all, cpu or cuda:N[,M...]", ini="string"),
+    Option("device", DEVICE_HELP, "DEVICE", device, "auto, all, cpu, cuda:N[,M...] or simgpu:N[,M...]", ini="string"),
     Option("isolation", "zygote: fork from a server that imported torch (POSIX default); spawn: fresh interpreter",
            "MODE", isolation, " or ".join(ISOLATIONS), choices=ISOLATIONS, ini="string"),
     Option("timeout", "per-variant timeout in seconds (overrides each probe's own)", "S", positive,

@@ -19,6 +19,7 @@ the snapshot-based ones are skipped and the verdict says so.
 import os
 
 import rocmcheck
+from rocmcheck import torchapi
 from rocmcheck.known_issues import parse_version
 
 MiB = 1 << 20
@@ -233,6 +234,7 @@ def allocator(ctx, setting):
 
     import torch
 
+    torchapi.cuda_only(ctx.device, "the caching allocator's backend, settings and snapshot")
     backend = torch.cuda.get_allocator_backend()
     ctx.measure(allocator_backend=backend)
     order = read_order(torch.__version__, "rocm" if torch.version.hip else "cuda")

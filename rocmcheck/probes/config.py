@@ -10,6 +10,7 @@ import re
 import sys
 
 import rocmcheck
+from rocmcheck import torchapi
 
 CHECKS = ("hsa-override", "arch-in-wheel", "alloc-conf", "python-version", "tf32-override")
 
@@ -203,6 +204,8 @@ def gather_facts(run_facts):
     variants={"check": CHECKS},
 )
 def config_lint(ctx, check):
+    if check == "arch-in-wheel" and ctx.on_gpu:
+        torchapi.cuda_only(ctx.device, "a GPU arch compiled into the wheel")
     problems, risks = CHECK_FUNCS[check](gather_facts(ctx.device_facts))
     for risk in risks:
         ctx.warn(risk)

@@ -27,7 +27,7 @@ import re
 from typing import Any, Dict, Tuple
 
 import rocmcheck
-from rocmcheck import compare
+from rocmcheck import compare, torchapi
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 AUTOCAST_TOL = {"bfloat16": 5e-2, "float16": 1e-2}  # relative L2 error, docs/failure-catalogue.md §2
@@ -55,7 +55,7 @@ def device_arch(ctx: rocmcheck.ProbeContext) -> str:
 
     if not ctx.on_gpu:
         return ""
-    name = getattr(torch.cuda.get_device_properties(torch.device(ctx.device)), "gcnArchName", "") or ""
+    name = getattr(torchapi.device_properties(ctx.device), "gcnArchName", "") or ""
     return name.split(":")[0] if torch.version.hip else ""
 
 
@@ -220,7 +220,7 @@ def check_autocast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
     model.to(ctx.device)
     params = dict(model.named_parameters())
     with ctx.first_use():  # the model's first convolution, forward and backward (MIOpen find, cuDNN autotune)
-        with torch.autocast("cuda" if ctx.on_gpu else "cpu", dtype=getattr(torch, dtype)):
+        with torch.autocast(torch.device(ctx.device).type, dtype=getattr(torch, dtype)):
             h = torch.nn.functional.silu(model["conv"](torch.from_numpy(x).to(ctx.device)))
             z = model["fc2"](torch.nn.functional.silu(model["fc1"](h.flatten(1))))
         loss = z.float().square().mean()

@@ -16,7 +16,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any, Iterator, Optional
 
 from ..errors import UsageError
@@ -116,6 +116,16 @@ class _DeviceModule(ModuleType):
         import torch
 
         build().set_device(torch.device(NAME, device).index if not isinstance(device, int) else device)
+
+    def get_device_properties(self, device: Any = None) -> SimpleNamespace:
+        """What a CUDA device reports, made up for simulated GPU `device` (its PCI bus is 0x10 + index)."""
+        import torch
+
+        index = device if isinstance(device, int) else (torch.device(device).index or 0)
+        total = torch.accelerator.get_memory_info(index)[1]
+        return SimpleNamespace(name=f"simulated GPU {index}", major=0, minor=0, total_memory=total,
+                               multi_processor_count=1, pci_domain_id=0, pci_bus_id=0x10 + index, pci_device_id=0,
+                               uuid=f"simgpu-{index}")
 
     def synchronize(self, device: Any = None) -> None:
         """Work on the simulated device is done when it is queued."""

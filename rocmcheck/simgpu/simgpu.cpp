@@ -377,6 +377,10 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
 }
 
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {  // ops without a rule run as they are
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+
 TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {  // what autocast lowers, and what it keeps in fp32
   KERNEL_PRIVATEUSEONE(mm, lower_precision_fp)
   KERNEL_PRIVATEUSEONE(addmm, lower_precision_fp)
