@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 BIN := $(VENV)/bin
 
-.PHONY: gate test clean
+.PHONY: gate test simgpu-test clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -38,6 +38,12 @@ gate: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+
+# the whole gate on two simulated GPUs (rocmcheck/simgpu, built on first use): too long for CI, which
+# runs the simulated devices' fault tests only
+simgpu-test: $(VENV)/.installed
+	$(BIN)/rocmcheck gate --inject simgpu:2
+	$(BIN)/python -m pytest -q tests/test_simgpu.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

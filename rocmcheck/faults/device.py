@@ -42,7 +42,7 @@ def _stale_side_stream(arg: Optional[str]) -> None:
     simgpu.set_fault("stale-side-stream", 1)
 
 
-@fault("simgpu-wrong-device", "simulated GPU ARG (default 1) computes matrix products and convolutions wrong (one "
-       "element of each result); the other GPUs stay right", args="GPU index", needs="simgpu")
+@fault("simgpu-wrong-device", "simulated GPU ARG (default 1) computes wrong: one element of every floating-point "
+       "result it computes is off; copies and the other GPUs stay right", args="GPU index", needs="simgpu")
 def _wrong_device(arg: Optional[str]) -> None:
     simgpu.set_fault("wrong-device", int(arg or 1))

@@ -43,12 +43,19 @@ std::atomic<StreamId> g_next_stream{1};
 
 // Planted faults: the tail of non-blocking host-to-device copies zeroed (1/denominator of the
 // bytes, 0 = off); copies on a side stream deliver the previous copy's bytes; one device whose
-// matrix products and convolutions come out wrong (-1 = none).
+// floating-point results (every op it computes, convolutions included) come out wrong (-1 = none).
 int64_t g_tail_denominator = 0;
 bool g_stale_side_stream = false;
 int64_t g_wrong_device = -1;
-std::mutex g_stale_mu;
-std::unordered_map<StreamId, std::vector<char>> g_stale;
+std::mutex& g_stale_mu = *new std::mutex();
+auto& g_stale = *new std::unordered_map<StreamId, std::vector<char>>();
+
+void lazy_init() {  // a runtime's first initialisation, as slow as ROCMCHECK_SIMGPU_INIT_S asks
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (g_init_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(g_init_s));
+  });
+}
 
 DeviceIndex index_of(c10::Device d) { return d.has_index() ? d.index() : t_device; }
 
@@ -116,7 +123,7 @@ struct SimAllocator final : c10::DeviceAllocator {
     return c10::Device(kType, it == live.end() ? t_device : it->second.second);
   }
 };
-SimAllocator g_alloc;
+SimAllocator& g_alloc = *new SimAllocator();  // never destroyed: tensors may be freed during exit
 
 void SimAllocator::release(void* p) {
   {
@@ -153,7 +160,7 @@ struct PinnedAllocator final : c10::Allocator {
     return at < it->first + std::max<size_t>(it->second, 1);
   }
 };
-PinnedAllocator g_pinned;
+PinnedAllocator& g_pinned = *new PinnedAllocator();
 
 void PinnedAllocator::release(void* p) {
   {
@@ -222,12 +229,7 @@ struct Hooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return g_count > 0; }
   bool hasPrimaryContext(DeviceIndex) const override { return true; }
-  void init() const override {  // a runtime's first initialisation, as slow as ROCMCHECK_SIMGPU_INIT_S asks
-    static std::once_flag once;
-    std::call_once(once, [] {
-      if (g_init_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(g_init_s));
-    });
-  }
+  void init() const override { lazy_init(); }
   DeviceIndex deviceCount() const override { return static_cast<DeviceIndex>(g_count); }
   void setCurrentDevice(DeviceIndex d) const override {
     check_index(d);
@@ -278,6 +280,7 @@ void maybe_wrong(const at::Tensor& result) {  // the planted "one device compute
 
 at::Tensor empty(c10::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
                  std::optional<c10::Device> device, std::optional<bool>, std::optional<c10::MemoryFormat> format) {
+  lazy_init();  // every device tensor begins here
   c10::OptionalDeviceGuard guard(device);
   return at::detail::empty_generic(size, &g_alloc, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                    c10::dtype_or_default(dtype), format);
@@ -285,6 +288,7 @@ at::Tensor empty(c10::IntArrayRef size, std::optional<at::ScalarType> dtype, std
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
                          std::optional<at::Layout>, std::optional<c10::Device> device, std::optional<bool>) {
+  lazy_init();
   c10::OptionalDeviceGuard guard(device);
   return at::detail::empty_strided_generic(size, stride, &g_alloc,
                                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
@@ -344,15 +348,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
   return {to_device(gi, d), to_device(gw, d), to_device(gb, d)};
 }
 
-const char* const kProducts[] = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::dot",
-                                 "aten::mv", "aten::addmv", "aten::_addmm_activation"};
-
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::native::cpu_fallback(op, stack);
-  if (g_wrong_device < 0) return;
-  const auto& name = op.schema().name();
-  for (auto* product : kProducts)
-    if (name == product && !stack->empty() && stack->back().isTensor()) maybe_wrong(stack->back().toTensor());
+  if (g_wrong_device >= 0 && !stack->empty() && stack->back().isTensor()) maybe_wrong(stack->back().toTensor());
 }
 
 }  // namespace
