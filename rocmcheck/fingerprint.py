@@ -107,8 +107,8 @@ def pci_address(props: Any) -> Optional[str]:
     return f"{getattr(props, 'pci_domain_id', 0) or 0:04x}:{bus:02x}:{getattr(props, 'pci_device_id', 0) or 0:02x}.0"
 
 
-def _device(torch: Any, kind: str, index: int) -> Dict[str, Any]:
-    props = torchapi.device_properties(f"{kind}:{index}")
+def _device(torch: Any, index: int, kind: str = "cuda") -> Dict[str, Any]:
+    props = getattr(torch, kind).get_device_properties(index)  # torch.cuda, or torch.simgpu
     rocm = bool(torch.version.hip) and kind == "cuda"
     gcn = getattr(props, "gcnArchName", None) if rocm else None  # on CUDA torch aliases it to the product name
     arch = bare_arch(gcn) if rocm else (f"sm_{props.major}{props.minor}" if kind == "cuda" else kind)
@@ -176,7 +176,7 @@ def device_facts(task: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     facts["device_count"] = count
     facts["device_type"] = kind
     facts["backend"] = kind if kind == torchapi.SIMULATED else "rocm" if hip else ("cuda" if cuda and count else "cpu")
-    facts["devices"] = [guarded(lambda i=i: _device(torch, kind, i)) for i in range(count)]
+    facts["devices"] = [guarded(lambda i=i: _device(torch, i, kind)) for i in range(count)]
     facts.update(guarded(lambda: _library_facts(torch)) or {})
     return facts
 

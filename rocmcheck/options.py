@@ -32,7 +32,7 @@ def device(text: str) -> str:
     if head in ("cuda", "hip", "simgpu") and all(n.isdigit() for n in numbers):
         kind = "simgpu" if head == "simgpu" else "cuda"
         return f"{kind}:" + ",".join(str(n) for n in dict.fromkeys(int(n) for n in numbers))
-    raise ValueError(f"must be auto, all, cpu, cuda:N[,M...] or simgpu:N[,M...], not '{text}'")
+    raise ValueError(f"must be auto, all, cpu or cuda:N[,M...], not '{text}'")  # simgpu:N: see DEVICE_HELP
 
 
 def positive(text: str) -> float:
@@ -88,7 +88,7 @@ class Option:
 
 
 OPTIONS: Dict[str, Option] = {o.name: o for o in (
-    Option("device", DEVICE_HELP, "DEVICE", device, "auto, all, cpu, cuda:N[,M...] or simgpu:N[,M...]", ini="string"),
+    Option("device", DEVICE_HELP, "DEVICE", device, "auto, all, cpu or cuda:N[,M...]", ini="string"),
     Option("isolation", "zygote: fork from a server that imported torch (POSIX default); spawn: fresh interpreter",
            "MODE", isolation, " or ".join(ISOLATIONS), choices=ISOLATIONS, ini="string"),
     Option("timeout", "per-variant timeout in seconds (overrides each probe's own)", "S", positive,

@@ -33,6 +33,8 @@ def _accelerator(name: str) -> Optional[Any]:
 def device_type() -> Optional[str]:
     """The accelerator torch computes on here: "cuda" (ROCm too), "simgpu", or None (CPU only)."""
     torch = _torch()
+    if hasattr(torch, SIMULATED):  # asked for (`--inject simgpu`): it wins over a real GPU
+        return SIMULATED
     if torch.cuda.is_available():
         return "cuda"
     current = _accelerator("current_accelerator")
@@ -57,9 +59,10 @@ def is_cuda(device: Any) -> bool:
 
 
 def cuda_only(device: Any, what: str) -> None:
-    """Skip, naming the simulated device's limit, where `what` exists only on CUDA/ROCm devices."""
+    """Skip, naming the simulated device's limit, where `what` exists only on CUDA/ROCm devices
+    (on the CPU the probe's own CPU path decides)."""
     kind = _torch().device(device).type
-    if kind != "cuda":
+    if kind not in ("cuda", "cpu"):
         raise Skip(f"{what} exists only on CUDA/ROCm GPUs; {kind} is a simulated GPU without it")
 
 

@@ -116,3 +116,11 @@ def test_a_healthy_node_of_two_simulated_gpus_is_go(tmp_path, simgpu_built):
     assert {"allocator[default]", "pcie-link", "config-lint[arch-in-wheel]"} <= set(skipped)
     assert all("simulated GPU" in skipped[k] for k in ("allocator[default]", "pcie-link", "config-lint[arch-in-wheel]"))
 
+
+
+def test_the_device_option_names_simulated_gpus():
+    from rocmcheck import options
+
+    assert options.device("simgpu:1,0,1") == "simgpu:1,0"
+    with pytest.raises(ValueError, match="not 'simgpu:x'"):
+        options.device("simgpu:x")

@@ -204,7 +204,7 @@ def gather_facts(run_facts):
     variants={"check": CHECKS},
 )
 def config_lint(ctx, check):
-    if check == "arch-in-wheel" and ctx.on_gpu:
+    if check == "arch-in-wheel":
         torchapi.cuda_only(ctx.device, "a GPU arch compiled into the wheel")
     problems, risks = CHECK_FUNCS[check](gather_facts(ctx.device_facts))
     for risk in risks:

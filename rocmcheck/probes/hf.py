@@ -102,8 +102,7 @@ def on_device(model: Any, data: Any, device: str, placement: str, precision: str
     if placement == "accelerate":
         from accelerate import Accelerator
 
-        if kind not in ("cuda", "cpu"):
-            torchapi.cuda_only(device, "Accelerate's placement (it knows no simulated device)")
+        torchapi.cuda_only(device, "Accelerate's placement (it knows no simulated device)")
         if kind == "cuda":
             torch.cuda.set_device(device)  # Accelerate places on the current device
         accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no", cpu=kind == "cpu")

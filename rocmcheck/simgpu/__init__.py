@@ -127,6 +127,38 @@ class _DeviceModule(ModuleType):
                                multi_processor_count=1, pci_domain_id=0, pci_bus_id=0x10 + index, pci_device_id=0,
                                uuid=f"simgpu-{index}")
 
+    def _device(self, device: Any = None) -> Any:
+        import torch
+
+        index = self.current_device() if device is None else device
+        return torch.device(NAME, index) if isinstance(index, int) else torch.device(index)
+
+    def Stream(self, device: Any = None, priority: int = 0) -> Any:  # noqa: N802 (torch.cuda's names)
+        import torch
+
+        return torch.Stream(device=self._device(device), priority=priority)
+
+    def Event(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> Any:  # noqa: N802
+        import torch
+
+        return torch.Event(device=self._device(), enable_timing=enable_timing)
+
+    def current_stream(self, device: Any = None) -> Any:
+        import torch
+
+        return torch.accelerator.current_stream(self._device(device).index)
+
+    @contextlib.contextmanager
+    def stream(self, stream: Any) -> Iterator[None]:
+        import torch
+
+        before = torch.accelerator.current_stream(stream.device_index)
+        torch.accelerator.set_stream(stream)
+        try:
+            yield
+        finally:
+            torch.accelerator.set_stream(before)
+
     def synchronize(self, device: Any = None) -> None:
         """Work on the simulated device is done when it is queued."""
 

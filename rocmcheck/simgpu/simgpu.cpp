@@ -325,6 +325,15 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, dst, false);
 }
 
+// `param.data = param.to(device)` (FSDP, DDP, Module.to): torch allows it between dense tensors
+// of the devices it knows, so the device says that its tensors and the CPU's are alike.
+bool compatible_shallow_copy(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == at::kStrided && (t.device().is_cpu() || t.device().type() == kType);
+  };
+  return dense(self) && dense(from);
+}
+
 void record_stream(at::Tensor&, c10::Stream) {}  // memory is freed at once: no stream to wait for
 
 at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
@@ -367,6 +376,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view", TORCH_FN(at::native::view));
   m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
   m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(compatible_shallow_copy));
   m.impl("convolution_overrideable", TORCH_FN(convolution));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward));
 }
