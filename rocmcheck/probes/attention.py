@@ -14,6 +14,7 @@ cases, MultiheadAttention) or explicit float64 ops on the CPU with `torch.autogr
 (the model), so neither touches the SDPA kernels nor `loss.backward()`.
 """
 import rocmcheck
+from rocmcheck import torchapi
 
 BACKENDS = {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
             "cudnn": "CUDNN_ATTENTION"}
@@ -141,6 +142,12 @@ def sdpa_context(backend):
     if member is None:
         raise rocmcheck.Skip(f"torch {torch.__version__} has no SDPBackend.{BACKENDS[backend]}")
     return sdpa_kernel([member])
+
+
+def simulated_limit(ctx, backend):
+    """A simulated GPU runs SDPA through the CPU's kernels: forcing a GPU backend there proves nothing."""
+    if backend != "math":
+        torchapi.cuda_only(ctx.device, f"SDPA's {backend} kernels")
 
 
 def forced(backend, fn):
@@ -278,6 +285,7 @@ def attention_sdpa(ctx, backend, dtype):
     cases, unsupported, case_errors). FAIL if any case is wrong; else ERROR if any raised (a cuDNN
     frontend "No execution plans support the graph", an AOTriton shape error); SKIP only if every
     case has no kernel for this backend; PASS otherwise."""
+    simulated_limit(ctx, backend)
     if dtype == "fp32":
         ctx.strict_fp32()
     names = list(CASES) if ctx.full else list(GATE_CASES)
@@ -422,6 +430,7 @@ def attention_model(ctx, backend):
     import numpy as np
     import torch
 
+    simulated_limit(ctx, backend)
     ctx.strict_fp32()
     rng = np.random.default_rng(3)
     obs = torch.from_numpy(exact_values(rng, (AGENTS, TOKENS, OBS))).float()
