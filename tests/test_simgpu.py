@@ -104,7 +104,7 @@ def test_one_gpu_of_two_that_computes_wrong_is_named(rocm_run, simgpu_built):
 
 def test_a_healthy_node_of_two_simulated_gpus_is_go(tmp_path, simgpu_built):
     """The gate's decision, its per-GPU verdicts and the skips naming the simulated device's limit, on
-    the quicker probes; `make simgpu-test` runs the whole gate (GO, ~100 s: too long for CI)."""
+    the quicker probes; `make simgpu-test` runs the whole gate (GO, 24 s here: CI keeps the quicker third)."""
     report = tmp_path / "gate.json"
     requires = [arg for probe in ("gpu-visible", "device-smoke", "numerics", "config-lint", "allocator", "pcie-link")
                 for arg in ("--require", probe)]
