@@ -40,7 +40,7 @@ test: $(VENV)/.installed
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 # the whole gate on two simulated GPUs (rocmcheck/simgpu, built on first use): 24 s on an idle 2-core machine; CI, short of time,
-# runs the simulated devices' fault tests only
+# runs the fault tests and a narrowed gate (tests/test_simgpu.py)
 simgpu-test: $(VENV)/.installed
 	$(BIN)/rocmcheck gate --inject simgpu:2
 	$(BIN)/python -m pytest -q tests/test_simgpu.py
