@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 BIN := $(VENV)/bin
 
-.PHONY: gate test clean compat
+.PHONY: gate test simgpu-test clean compat
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -42,6 +42,12 @@ gate: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+
+# the whole gate on two simulated GPUs (rocmcheck/simgpu, built on first use): 24 s on an idle 2-core machine; CI, short of time,
+# runs the fault tests and a narrowed gate (tests/test_simgpu.py)
+simgpu-test: $(VENV)/.installed
+	$(BIN)/rocmcheck gate --inject simgpu:2
+	$(BIN)/python -m pytest -q tests/test_simgpu.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

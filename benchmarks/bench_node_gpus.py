@@ -3,7 +3,7 @@
 Run: python -m pytest benchmarks/bench_node_gpus.py --benchmark-columns=min,median,max
 
 `rocmcheck gate` as a whole process on 1, 2, 4 and 8 GPUs that torch is made to report (the
-`fake-gpus` fault: the CPU standing in for each GPU), with a fixed per-probe cost: 4 variants
+`simgpu` fault: simulated GPUs, rocmcheck/simgpu), with a fixed per-probe cost: 4 variants
 that each sleep 0.5 s. One queue per GPU and the queues at once, so the bar is
 8 GPUs <= 1.3 x 1 GPU; `test_eight_gpus_within_the_bar` checks the medians.
 """
@@ -44,7 +44,7 @@ def _gate(argv, cwd) -> None:
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
 def test_gate_on_n_gpus(benchmark, probes: Path, tmp_path: Path, gpus: int) -> None:
     argv = [sys.executable, "-m", "rocmcheck", "gate", "--require", "node-work", "--probes-path", str(probes),
-            "--inject", f"fake-gpus:{gpus}", "--device", "all", "--out-dir", str(tmp_path)]
+            "--inject", f"simgpu:{gpus}", "--device", "all", "--out-dir", str(tmp_path)]
     benchmark.pedantic(_gate, args=(argv, tmp_path), rounds=ROUNDS, iterations=1, warmup_rounds=1)
     MEDIANS[gpus] = benchmark.stats.stats.median
     benchmark.extra_info["gpus"] = gpus

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, TextIO
 
-from . import faults, registry
+from . import faults, registry, torchapi
 from .context import ProbeContext
 from .jsonsafe import jsonsafe
 from .launch import CHILD_PATHS_ENV, CHILD_PRELOAD_ENV
@@ -77,10 +77,7 @@ def runtime_init(device: str) -> None:
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(1)
         return
-    import torch
-
-    torch.cuda.init()
-    torch.cuda.set_device(torch.device(device))
+    torchapi.init_device(device)
 
 
 def run_probe(task: Dict[str, Any]) -> Dict[str, Any]:
@@ -139,7 +136,7 @@ def device_canary(task: Dict[str, Any]) -> Dict[str, Any]:
 
     got = (torch.arange(1024, dtype=torch.float32).to(task["device"]) * 2).sum().item()
     if task["device"] != "cpu":
-        torch.cuda.synchronize()
+        torchapi.synchronize(task["device"])
     expected = 1023 * 1024.0
     return {"ok": got == expected, **({} if got == expected else {"problem": f"2*sum(0..1023) = {got}, not {expected}"})}
 

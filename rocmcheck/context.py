@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, NoReturn, Optional
 
+from . import torchapi
 from .errors import Skip
 
 FIRST_USE_SUFFIX = ".first-use"  # beside the watchdog's start marker while a probe is in `first_use()`
@@ -41,7 +42,8 @@ def pin_fp32() -> Dict[str, Any]:
 class ProbeContext:
     """The device and profile a probe runs with, and ways to report beyond pass/fail.
 
-    `device` is "cpu" or "cuda:N" (ROCm builds use the same "cuda" device string).
+    `device` is "cpu", "cuda:N" (ROCm builds use the same "cuda" device string) or "simgpu:N"
+    (a simulated GPU, `--inject simgpu`; rocmcheck.torchapi reaches any of them).
     `profile` is "gate" (quick, critical) or "full" (every size and repeat).
     `requested_device` is what `--device` asked for (auto, cpu or cuda:N): "cpu" on a GPU
     host means the GPU was left out on purpose. `device_facts` are the run's device facts,
@@ -64,6 +66,17 @@ class ProbeContext:
     @property
     def on_gpu(self) -> bool:
         return self.device != "cpu"
+
+    @property
+    def simulated(self) -> bool:
+        """A simulated GPU (`--inject simgpu`): the GPU code paths run, but its memory is host RAM
+        and its kernels the CPU's."""
+        return self.device.startswith(torchapi.SIMULATED + ":")
+
+    @property
+    def gpu_sized(self) -> bool:
+        """Whether work is sized for a real GPU; a simulated one keeps the CPU's sizes (it runs on the CPU)."""
+        return self.on_gpu and not self.simulated
 
     @property
     def full(self) -> bool:
@@ -112,6 +125,4 @@ class ProbeContext:
     def synchronize(self) -> None:
         """Wait for queued GPU work so asynchronous errors surface inside the probe."""
         if self.on_gpu:
-            import torch
-
-            torch.cuda.synchronize(self.device)
+            torchapi.synchronize(self.device)

@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import hostgpu
+from . import hostgpu, torchapi
 from .redact import gpu_env_name
 
 RELATED_PACKAGES = ("torch", "numpy", "transformers", "peft", "accelerate", "torchao", "torchtune",
@@ -107,12 +107,13 @@ def pci_address(props: Any) -> Optional[str]:
     return f"{getattr(props, 'pci_domain_id', 0) or 0:04x}:{bus:02x}:{getattr(props, 'pci_device_id', 0) or 0:02x}.0"
 
 
-def _device(torch: Any, index: int) -> Dict[str, Any]:
-    props = torch.cuda.get_device_properties(index)
-    rocm = bool(torch.version.hip)
+def _device(torch: Any, index: int, kind: str = "cuda") -> Dict[str, Any]:
+    props = getattr(torch, kind).get_device_properties(index)  # torch.cuda, or torch.simgpu
+    rocm = bool(torch.version.hip) and kind == "cuda"
     gcn = getattr(props, "gcnArchName", None) if rocm else None  # on CUDA torch aliases it to the product name
+    arch = bare_arch(gcn) if rocm else (f"sm_{props.major}{props.minor}" if kind == "cuda" else kind)
     return {
-        "index": index, "name": props.name, "arch": bare_arch(gcn) if rocm else f"sm_{props.major}{props.minor}",
+        "index": index, "name": props.name, "arch": arch,
         "gcn_arch_name": gcn, "compute_capability": f"{props.major}.{props.minor}",
         "memory_bytes": int(props.total_memory),
         "multiprocessors": getattr(props, "multi_processor_count", None),
@@ -181,10 +182,12 @@ def device_facts(task: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         "has_int1": hasattr(torch, "int1"),
         "arch_list": guarded(torch.cuda.get_arch_list) or [],
     }
-    count = guarded(torch.cuda.device_count) or 0
+    kind = guarded(torchapi.device_type) or "cuda"  # simgpu under --inject simgpu
+    count = guarded(lambda: torchapi.device_count(kind)) or 0
     facts["device_count"] = count
-    facts["backend"] = "rocm" if hip else ("cuda" if cuda and count else "cpu")
-    facts["devices"] = [guarded(lambda i=i: _device(torch, i)) for i in range(count)]
+    facts["device_type"] = kind
+    facts["backend"] = kind if kind == torchapi.SIMULATED else "rocm" if hip else ("cuda" if cuda and count else "cpu")
+    facts["devices"] = [guarded(lambda i=i: _device(torch, i, kind)) for i in range(count)]
     facts.update(guarded(lambda: _library_facts(torch)) or {})
     return facts
 

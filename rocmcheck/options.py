@@ -22,18 +22,21 @@ ISOLATIONS = ("zygote", "spawn")
 INJECT_ENV = "ROCMCHECK_INJECT"
 FIRST_USE_LIMIT_S = 120.0  # bounds a probe's first call by default: a cold cache (MIOpen's first conv took 63 s)
 DEVICE_HELP = ("auto (every visible GPU; inside a torchrun rank its LOCAL_RANK GPU; the CPU only on a host "
-               "without GPU), all, cpu, or cuda:N[,M...] (ROCm GPUs use the cuda name too)")
+               "without GPU), all, cpu, or cuda:N[,M...] (ROCm GPUs use the cuda name too; simgpu:N for the "
+               "simulated GPUs of --inject simgpu)")
 
 
 def device(text: str) -> str:
-    """auto, all, cpu, or cuda:N[,M...] (hip:N is accepted: ROCm builds use the cuda name)."""
+    """auto, all, cpu, or cuda:N[,M...] (hip:N is accepted: ROCm builds use the cuda name; simgpu:N
+    names the simulated GPUs, and the GPUs under test take the type torch reports, whichever is given)."""
     if text in ("auto", "all", "cpu"):
         return text
     head, _, indexes = text.partition(":")
     numbers = indexes.split(",")
-    if head in ("cuda", "hip") and all(n.isdigit() for n in numbers):
-        return "cuda:" + ",".join(str(n) for n in dict.fromkeys(int(n) for n in numbers))
-    raise ValueError(f"must be auto, all, cpu or cuda:N[,M...], not '{text}'")
+    if head in ("cuda", "hip", "simgpu") and all(n.isdigit() for n in numbers):
+        kind = "simgpu" if head == "simgpu" else "cuda"
+        return f"{kind}:" + ",".join(str(n) for n in dict.fromkeys(int(n) for n in numbers))
+    raise ValueError(f"must be auto, all, cpu or cuda:N[,M...], not '{text}'")  # simgpu:N: see DEVICE_HELP
 
 
 def positive(text: str) -> float:

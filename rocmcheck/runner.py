@@ -46,7 +46,7 @@ CANARY_PROBE = "device-canary"  # the name faults are injected under: --inject h
 
 def device_indexes(wanted: str, count: int) -> List[int]:
     """The GPUs `--device` names: auto = every visible GPU (inside a torchrun rank, LOCAL_RANK's
-    own), all = every visible GPU, cuda:N[,M...] = those."""
+    own), all = every visible GPU, TYPE:N[,M...] = those (TYPE: cuda, or simgpu for simulated GPUs)."""
     if wanted == "auto":
         return [local_rank()] if "LOCAL_RANK" in os.environ else list(range(count))
     if wanted == "all":
@@ -97,7 +97,7 @@ class Runner:
         self.markdown = markdown  # renders the report's Markdown file: the runner renders nothing itself
         self.on_verdict = on_verdict or (lambda v: None)
         self.on_note = on_note or (lambda s: None)
-        faults.parse(options.inject)  # a bad fault spec is a usage error before any child starts
+        faults.prepare(faults.parse(options.inject))  # a bad fault spec is a usage error before any child starts
         if options.isolation not in ISOLATIONS:
             raise UsageError(f"--isolation must be one of {', '.join(ISOLATIONS)}, not '{options.isolation}'")
         self.run_id = new_run_id()
@@ -275,12 +275,13 @@ class Runner:
             self.devices = [DeviceInfo("cpu", "cpu", count, None)]
         else:
             indexes = device_indexes(wanted, count)
+            kind = self.facts.get("device_type") or "cuda"  # torch's device type: cuda (ROCm too) or simgpu
             missing = [i for i in indexes if i >= count]
             if missing:
-                raise UsageError(f"device cuda:{missing[0]} is not present ({count} GPU{'s' if count != 1 else ''} "
+                raise UsageError(f"device {kind}:{missing[0]} is not present ({count} GPU{'s' if count != 1 else ''} "
                                  "visible)")
             devices = self.facts.get("devices") or []
-            self.devices = [DeviceInfo(f"cuda:{i}", backend, count, ((devices[i] if i < len(devices) else None)
+            self.devices = [DeviceInfo(f"{kind}:{i}", backend, count, ((devices[i] if i < len(devices) else None)
                                                                     or {}).get("arch")) for i in indexes]
         self.device = self.devices[0]
 

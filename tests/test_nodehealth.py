@@ -273,19 +273,19 @@ def test_gate_on_two_gpus_reads_counters_before_and_after_in_the_parent_and_drai
     (tmp_path / "probes" / "bump.py").write_text(BUMP)
     env = {**__import__("os").environ, "ROCMCHECK_HOST_ROOT": str(root)}
     out = subprocess.run([sys.executable, "-m", "rocmcheck", "gate", "--require", "node-health", "--require", "zz-bump",
-                          "--probes-path", str(tmp_path / "probes"), "--inject", "fake-gpus:2", "--json", "-",
+                          "--probes-path", str(tmp_path / "probes"), "--inject", "simgpu:2", "--json", "-",
                           "--out-dir", str(tmp_path / "reports")], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 1, out.stderr
     verdict = json.loads(out.stdout)
     assert verdict["status"] == "NO-GO"
     (failing,) = verdict["failing"]
-    assert failing["check"] == "node-health" and failing["device"]["name"] == "cuda:1"
+    assert failing["check"] == "node-health" and failing["device"]["name"] == "simgpu:1"
     assert failing["action"] == "drain the node; reset or replace GPU 1 (0000:11:00.0)"
     report = json.loads(Path(verdict["reports"]["json"]).read_text())
     health = {v["device"]["name"]: v for v in report["verdicts"] if v["probe"] == "node-health"}
     # read before zz-bump ran (the baseline) and after it (node-health runs last on each GPU, whatever its name)
-    assert health["cuda:0"]["status"] == "warn" and "umc 3 -> 9 (+6)" in health["cuda:0"]["message"]
-    assert health["cuda:1"]["measurements"]["pcie_replays"] == 0 and "pending retirement" in health["cuda:1"]["message"]
+    assert health["simgpu:0"]["status"] == "warn" and "umc 3 -> 9 (+6)" in health["simgpu:0"]["message"]
+    assert health["simgpu:1"]["measurements"]["pcie_replays"] == 0 and "pending retirement" in health["simgpu:1"]["message"]
     (warned,) = verdict["warnings"]  # the node verdict lists what to watch too
-    assert warned["check"] == "node-health" and warned["device"]["name"] == "cuda:0" and "+6" in warned["message"]
+    assert warned["check"] == "node-health" and warned["device"]["name"] == "simgpu:0" and "+6" in warned["message"]
     assert all("runtime_init_s" not in v["measurements"] for v in health.values())  # no child, no GPU runtime

@@ -16,7 +16,7 @@ import pytest
 from conftest import make_venv, run_in
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE_SUFFIXES = (".py", ".json", ".typed")
+PACKAGE_SUFFIXES = (".py", ".json", ".typed", ".cpp")
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_wheel_holds_exactly_the_package_tree(wheel):
     assert not tree - in_wheel, f"missing from the wheel: {sorted(tree - in_wheel)}"
     assert not in_wheel - tree, f"in the wheel but not in the tree: {sorted(in_wheel - tree)}"
     assert {"rocmcheck/faults/data.py", "rocmcheck/probes/device.py", "rocmcheck/data/known_issues/core.json",
-            "rocmcheck/data/workarounds.json", "rocmcheck/py.typed"} <= in_wheel
+            "rocmcheck/data/workarounds.json", "rocmcheck/py.typed", "rocmcheck/simgpu/simgpu.cpp"} <= in_wheel
     assert not any(n.startswith("probes/") for n in in_wheel)  # no generic top-level name
 
 

@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import UsageError
 
-_BUILTIN_MODULES = ("process", "data", "system")
+_BUILTIN_MODULES = ("process", "data", "system", "device")
 
 _FAULTS: Dict[str, "Fault"] = {}
 
@@ -34,6 +34,8 @@ class Fault:
     in_facts: bool = False  # also installed in the device-facts child (what torch reports about devices)
     in_probe: bool = False  # acts at once, as the probe's own code would (a hang, a crash): installed after
     # runtime init, once the probe's timeout runs; the others patch torch before runtime init
+    prepare: Optional[Callable[[Optional[str]], None]] = None  # run once in the parent before any child
+    needs: Optional[str] = None  # another fault that must be in the same spec
 
     def check_arg(self, arg: Optional[str]) -> None:
         """ARG must match one of `choices` (globs allowed); with none, `args` names a whole
@@ -50,7 +52,8 @@ class Fault:
 
 
 def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_facts: bool = False,
-          in_probe: bool = False) -> Callable[
+          in_probe: bool = False, prepare: Optional[Callable[[Optional[str]], None]] = None,
+          needs: Optional[str] = None) -> Callable[
         [Callable[[Optional[str]], None]], Callable[[Optional[str]], None]]:
     """Register `install(arg)` as fault `name`; it runs in the child before the probe.
 
@@ -59,10 +62,13 @@ def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_
     fault changes what torch reports about devices, so the device-facts child gets it too.
     `in_probe`: the fault acts at once (blocks, crashes, exits), so it is installed where the
     probe would meet it, after runtime init, and its hang is bounded by the probe's timeout.
+    `prepare(arg)` runs in the parent before any child (a build, say); `needs` names a fault
+    the spec must also hold.
     """
 
     def register(install: Callable[[Optional[str]], None]) -> Callable[[Optional[str]], None]:
-        _FAULTS[name] = Fault(name, help, install, args or "|".join(choices), tuple(choices), in_facts, in_probe)
+        _FAULTS[name] = Fault(name, help, install, args or "|".join(choices), tuple(choices), in_facts, in_probe,
+                              prepare, needs)
         return install
 
     return register
@@ -104,7 +110,19 @@ def parse(spec: str) -> List[FaultRequest]:
             raise UsageError(f"unknown fault '{name}' (see: rocmcheck list --faults)")
         known[name].check_arg(arg or None)
         requests.append(FaultRequest(name, arg or None, scope or "*"))
+    for req in requests:
+        needs = known[req.name].needs
+        if needs and not any(r.name == needs for r in requests):
+            raise UsageError(f"fault '{req.name}' needs '{needs}' in the same spec (e.g. --inject {needs},{req.name})")
     return requests
+
+
+def prepare(requests: List[FaultRequest]) -> None:
+    """In the parent, before any child: what the requested faults need done once (UsageError if it cannot be)."""
+    known = catalogue()
+    for req in requests:
+        if known[req.name].prepare:
+            known[req.name].prepare(req.arg)
 
 
 def install(requests: List[FaultRequest], probe_id: str, facts_only: bool = False,

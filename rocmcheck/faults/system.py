@@ -311,20 +311,3 @@ def _loader_corrupt(arg: Optional[str]) -> None:
                         "changed: a batch corrupted on its way to the device (the seeds' Accelerate placement)")
 def _batch_corrupt(arg: Optional[str]) -> None:
     _corrupt_batches(lambda loader: True)
-
-
-@fault("fake-gpus", "torch reports ARG GPUs that are really the CPU (default 2): the per-GPU scheduler, "
-       "its queues and verdicts, exercised without a GPU", args="GPU count", in_facts=True)
-def _fake_gpus(arg: Optional[str]) -> None:
-    from types import SimpleNamespace
-
-    import torch
-
-    count = int(arg or 2)
-    props = lambda i: SimpleNamespace(  # noqa: E731
-        name=f"fake GPU {i}", major=0, minor=0, total_memory=1 << 30, multi_processor_count=1,
-        pci_domain_id=0, pci_bus_id=0x10 + int(str(i).rsplit(":", 1)[-1]), pci_device_id=0, uuid=f"fake-gpu-{i}")
-    quiet = lambda *args, **kwargs: None  # noqa: E731
-    for name, value in (("device_count", lambda: count), ("is_available", lambda: True), ("init", quiet),
-                        ("set_device", quiet), ("synchronize", quiet), ("get_device_properties", props)):
-        setattr(torch.cuda, name, value)

@@ -234,6 +234,7 @@ def allocator(ctx, setting):
 
     import torch
 
+    torchapi.cuda_only(ctx.device, "the caching allocator's backend, settings and snapshot")
     backend = torch.cuda.get_allocator_backend()
     ctx.measure(allocator_backend=backend)
     order = read_order(torch.__version__, "rocm" if torch.version.hip else "cuda")

@@ -21,7 +21,7 @@ import copy
 from typing import Any, Dict
 
 import rocmcheck
-from rocmcheck import compare
+from rocmcheck import compare, torchapi
 
 BACKEND = "inductor"
 TOL = compare.TOLERANCE["float32"]
@@ -54,6 +54,7 @@ def forward_backward(call: Any, model: Any, x: Any) -> Dict[str, Any]:
 def compile_smoke(ctx: rocmcheck.ProbeContext) -> None:
     import torch
 
+    torchapi.cuda_only(ctx.device, "torch.compile's inductor backend (it needs a registered device interface)")
     ctx.strict_fp32()
     torch.manual_seed(0)
     eager = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)).to(ctx.device)

@@ -11,6 +11,7 @@ import sys
 
 import rocmcheck
 from rocmcheck.hostgpu import gfx_from_kfd, gfx_from_override, gfx_major, gfx_version  # noqa: F401 - gfx_version: the tests
+from rocmcheck import torchapi
 
 CHECKS = ("hsa-override", "arch-in-wheel", "alloc-conf", "python-version", "tf32-override")
 
@@ -178,6 +179,8 @@ def gather_facts(run_facts):
     variants={"check": CHECKS},
 )
 def config_lint(ctx, check):
+    if check == "arch-in-wheel":
+        torchapi.cuda_only(ctx.device, "a GPU arch compiled into the wheel")
     problems, risks = CHECK_FUNCS[check](gather_facts(ctx.device_facts))
     for risk in risks:
         ctx.warn(risk)

@@ -80,7 +80,7 @@ def conv(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
     name = DTYPES[dtype]
     if name == "float32":
         ctx.strict_fp32()
-    n, c, h, w, o = SHAPES["gpu" if ctx.on_gpu else "cpu"]
+    n, c, h, w, o = SHAPES["gpu" if ctx.gpu_sized else "cpu"]
     rng = np.random.default_rng(13)
     failures: List[str] = []
     errors: Dict[str, Dict[str, float]] = {}

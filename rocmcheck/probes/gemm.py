@@ -49,7 +49,7 @@ LINKS = (
 
 def shape_for(ctx: rocmcheck.ProbeContext, name: str) -> Tuple[int, int, int, int]:
     gpu_gate, gpu_full, cpu = SHAPES[name]
-    return (gpu_full if ctx.full else gpu_gate) if ctx.on_gpu else cpu
+    return (gpu_full if ctx.full else gpu_gate) if ctx.gpu_sized else cpu
 
 
 def select_backend(ctx: rocmcheck.ProbeContext, blas: str) -> str:
@@ -59,6 +59,10 @@ def select_backend(ctx: rocmcheck.ProbeContext, blas: str) -> str:
             ctx.skip("the CPU has one BLAS backend (the default variants run it); "
                      "preferred_blas_library only selects GPU libraries")
         return "cpu (one BLAS backend)"
+    if ctx.simulated:  # its products run on the CPU's BLAS
+        if blas != "default":
+            torchapi.cuda_only(ctx.device, "BLAS library selection (preferred_blas_library)")
+        return "cpu (simulated GPU)"
     preferred = torchapi.preferred_blas_library()
     if preferred is None:  # torch < 2.4: GEMMs go to the build's one BLAS, which cannot be named
         if blas != "default":
@@ -120,8 +124,8 @@ def tf32_report(ctx: rocmcheck.ProbeContext) -> Dict[str, Any]:
     """Error of the square fp32 product with TF32 allowed; reported, never failed (PR #188168)."""
     import torch
 
-    if not ctx.on_gpu:
-        return {"tf32": "n/a on the CPU"}
+    if not ctx.gpu_sized:
+        return {"tf32": "n/a on the CPU" if not ctx.on_gpu else "n/a on a simulated GPU (its products run on the CPU)"}
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True
     try:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List
 
 import rocmcheck
-from rocmcheck import compare
+from rocmcheck import compare, torchapi
 
 MODEL = {"vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64, "use_cache": False}
@@ -102,6 +102,7 @@ def on_device(model: Any, data: Any, device: str, placement: str, precision: str
     if placement == "accelerate":
         from accelerate import Accelerator
 
+        torchapi.cuda_only(device, "Accelerate's placement (it knows no simulated device)")
         if kind == "cuda":
             torch.cuda.set_device(device)  # Accelerate places on the current device
         accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no", cpu=kind == "cpu")

@@ -28,6 +28,7 @@ import threading
 import time
 
 import rocmcheck
+from rocmcheck import torchapi
 
 LINKS = (
     "https://github.com/ROCm/rccl/issues/1129",
@@ -76,11 +77,15 @@ def multigpu_inventory(ctx):
 
     from rocmcheck.fingerprint import bare_arch, kernel_cmdline
 
-    count = torch.cuda.device_count()
-    props = [torch.cuda.get_device_properties(i) for i in range(count)]
-    archs = [bare_arch(getattr(p, "gcnArchName", None)) if torch.version.hip else f"sm_{p.major}{p.minor}"
-             for p in props]
-    peer = [[i == j or torch.cuda.can_device_access_peer(i, j) for j in range(count)] for i in range(count)]
+    kind = torch.device(ctx.device).type
+    count = torchapi.device_count(kind)
+    props = [torchapi.device_properties(f"{kind}:{i}") for i in range(count)]
+    if kind != "cuda":  # a simulated GPU: no arch, every pair reaches the other through host memory
+        archs, peer = [kind] * count, [[True] * count for _ in range(count)]
+    else:
+        archs = [bare_arch(getattr(p, "gcnArchName", None)) if torch.version.hip else f"sm_{p.major}{p.minor}"
+                 for p in props]
+        peer = [[i == j or torch.cuda.can_device_access_peer(i, j) for j in range(count)] for i in range(count)]
     cmdline = kernel_cmdline()
     ctx.measure(devices=[{"index": i, "name": p.name, "arch": a} for i, (p, a) in enumerate(zip(props, archs))],
                 peer_access=peer, kernel_cmdline=cmdline)
@@ -119,21 +124,22 @@ def first_difference(got, want):
 def multigpu_peer_copy(ctx, path):
     import torch
 
-    count = torch.cuda.device_count()
+    kind = torch.device(ctx.device).type
+    count = torchapi.device_count(kind)
     problems, copies = [], 0
-    for size in PEER_SIZES[ctx.profile]:
+    for size in PEER_SIZES[ctx.profile if ctx.gpu_sized else "gate"]:  # a simulated GPU copies on the CPU
         for src in range(count):
             for dst in (d for d in range(count) if d != src):
                 for repeat in range(PEER_REPEATS[ctx.profile] if size <= 1 << 20 else 2):
                     want = byte_pattern(size, salt=src * 31 + dst * 7 + repeat)
-                    on_src = torch.from_numpy(want).to(f"cuda:{src}", copy=True)
+                    on_src = torch.from_numpy(want).to(f"{kind}:{src}", copy=True)
                     hop = on_src if path == "direct" else on_src.to("cpu", copy=True)
-                    got = hop.to(f"cuda:{dst}", copy=True).to("cpu", copy=True)
-                    torch.cuda.synchronize(dst)
+                    got = hop.to(f"{kind}:{dst}", copy=True).to("cpu", copy=True)
+                    torchapi.synchronize(f"{kind}:{dst}")
                     diff = first_difference(got.numpy(), want)
                     copies += 1
                     if diff:
-                        problems.append(f"cuda:{src}->cuda:{dst} {size >> 20} MiB: {diff}")
+                        problems.append(f"{kind}:{src}->{kind}:{dst} {size >> 20} MiB: {diff}")
     ctx.measure(copies=copies, wrong=len(problems))
     assert not problems, f"{path} peer copies wrong: " + "; ".join(problems[:4])
 
@@ -174,6 +180,7 @@ def multigpu_dataparallel(ctx):
 
     import torch
 
+    torchapi.cuda_only(ctx.device, "nn.DataParallel (its scatter and gather are CUDA-only)")
     ctx.strict_fp32()
     x_np, _ = batch(64)
     model = small_mlp(torch)
@@ -259,10 +266,13 @@ def check_fsdp(torch, dist, device, rank, world):
     x, y = batch(ROWS_PER_RANK * world)
     model = small_mlp(torch)
     reference = reference_step(torch, model, x, y)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(device.type, (world,))  # the rank's own device: FSDP's default is the accelerator's
     model = model.to(device)
     for layer in (model[0], model[2]):
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     mine = slice(rank * ROWS_PER_RANK, (rank + 1) * ROWS_PER_RANK)
     xs, ys = (torch.from_numpy(a[mine]).float().to(device) for a in (x, y))
     torch.nn.functional.mse_loss(model(xs), ys).backward()
@@ -494,6 +504,7 @@ def multigpu_gloo(ctx):
     env=lambda params: {"NCCL_P2P_DISABLE": "1"} if params["p2p"] == "disabled" else {},
 )
 def multigpu_nccl(ctx, p2p):
+    torchapi.cuda_only(ctx.device, "NCCL/RCCL")
     run_distributed(ctx, "nccl")
 
 

@@ -27,7 +27,7 @@ import re
 from typing import Any, Dict, Tuple
 
 import rocmcheck
-from rocmcheck import compare
+from rocmcheck import compare, torchapi
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 AUTOCAST_TOL = {"bfloat16": 5e-2, "float16": 1e-2}  # relative L2 error, docs/failure-catalogue.md §2
@@ -55,7 +55,7 @@ def device_arch(ctx: rocmcheck.ProbeContext) -> str:
 
     if not ctx.on_gpu:
         return ""
-    name = getattr(torch.cuda.get_device_properties(torch.device(ctx.device)), "gcnArchName", "") or ""
+    name = getattr(torchapi.device_properties(ctx.device), "gcnArchName", "") or ""
     return name.split(":")[0] if torch.version.hip else ""
 
 
@@ -211,6 +211,9 @@ def check_autocast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
     import numpy as np
     import torch
 
+    if ctx.simulated and dtype == "float16":
+        ctx.skip("float16 autocast on a simulated GPU runs the CPU's float16 kernels, whose gradients hold zeros "
+                 "the float64 reference lacks: a kernel fact only GPU hardware can judge")
     weights = encoder_weights()
     x = np.random.default_rng(6).standard_normal((4, 3, 16, 16)).astype(np.float32)
     want_z, want_grads = encoder_ref(x, weights)
@@ -219,7 +222,7 @@ def check_autocast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
     model.load_state_dict({n: torch.from_numpy(v) for n, v in weights.items()})
     model.to(ctx.device)
     params = dict(model.named_parameters())
-    with torch.autocast("cuda" if ctx.on_gpu else "cpu", dtype=getattr(torch, dtype)):
+    with torch.autocast(torch.device(ctx.device).type, dtype=getattr(torch, dtype)):
         inputs = torch.from_numpy(x).to(ctx.device)
         with ctx.first_use():  # only the model's first call, its convolution (MIOpen find, cuDNN autotune)
             h = model["conv"](inputs)

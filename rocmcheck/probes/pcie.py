@@ -30,7 +30,7 @@ import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import rocmcheck
-from rocmcheck import hostgpu
+from rocmcheck import hostgpu, torchapi
 from rocmcheck.hostgpu import PciGpu
 
 MIB = 1 << 20
@@ -60,10 +60,11 @@ class WallClock:
 class EventClock:
     """Device events recorded on the current stream around the copy: the device's own time."""
 
-    def seconds(self, copy: Callable[[], Any]) -> float:
-        import torch
+    def __init__(self, device: str):
+        self.device = device
 
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    def seconds(self, copy: Callable[[], Any]) -> float:
+        start, end = torchapi.timing_event(self.device), torchapi.timing_event(self.device)
         start.record()
         copy()
         end.record()
@@ -72,7 +73,7 @@ class EventClock:
 
 
 def clock_for(ctx: rocmcheck.ProbeContext) -> Any:
-    return EventClock() if ctx.on_gpu else WallClock(ctx.synchronize)
+    return EventClock(ctx.device) if ctx.on_gpu else WallClock(ctx.synchronize)
 
 
 def sample_gbps(clock: Any, copy: Callable[[], Any], nbytes: int, samples: int) -> Dict[str, float]:
@@ -103,7 +104,7 @@ def copies(ctx: rocmcheck.ProbeContext, nbytes: int) -> Dict[str, Callable[[], A
 
 
 def measure_bandwidth(ctx: rocmcheck.ProbeContext) -> Dict[str, Dict[str, float]]:
-    nbytes = BYTES[("gpu" if ctx.on_gpu else "cpu", ctx.profile)]
+    nbytes = BYTES[("gpu" if ctx.gpu_sized else "cpu", ctx.profile)]
     clock, samples = clock_for(ctx), SAMPLES[ctx.profile]
     found = {f"{case}_gbps": sample_gbps(clock, copy, nbytes, samples) for case, copy in copies(ctx, nbytes).items()}
     ctx.measure(bandwidth_bytes=nbytes, bandwidth_samples=samples, **found)
@@ -143,11 +144,10 @@ def device_address(ctx: rocmcheck.ProbeContext, index: int) -> Optional[str]:
     known = next((d.get("pci_address") for d in devices if d and d.get("index") == index), None)
     if known or not ctx.on_gpu:
         return known
-    import torch
-
     from rocmcheck.fingerprint import pci_address
 
-    return pci_address(torch.cuda.get_device_properties(index))
+    kind = ctx.device.split(":")[0]
+    return pci_address(torchapi.device_properties(f"{kind}:{index}"))
 
 
 def check_link(ctx: rocmcheck.ProbeContext, index: int) -> None:
@@ -179,6 +179,8 @@ def pcie_link(ctx: rocmcheck.ProbeContext) -> None:
     measure_bandwidth(ctx)
     if not ctx.on_gpu:
         ctx.skip("no PCIe link to read on the CPU (the bandwidth was measured host to host)")
+    if ctx.simulated:
+        ctx.skip("a simulated GPU has no PCIe link to read (the bandwidth was measured with its events, host to host)")
     import torch
 
     check_link(ctx, torch.device(ctx.device).index or 0)

@@ -214,7 +214,7 @@ def reference_checks(trace: Trace, ref: Trace, loss_tol: float, grad_tol: float)
 def training(ctx: rocmcheck.ProbeContext, mode: str) -> None:
     autocast, lr, loss_tol, grad_tol = MODES[mode]
     ctx.strict_fp32()
-    cfg = CONFIGS["gpu" if ctx.on_gpu else "cpu"]
+    cfg = CONFIGS["gpu" if ctx.gpu_sized else "cpu"]
     model = build_model(cfg, checkpointing=mode == "checkpoint")
     if mode == "lora":
         model = with_lora(model)

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import rocmcheck
-from rocmcheck import compare, hostgpu
+from rocmcheck import compare, hostgpu, torchapi
 
 METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream", "d2h", "d2d")
 FROM_DEVICE = ("d2h", "d2d")  # the source is staged on the device; the copy under test starts there
@@ -86,7 +86,7 @@ class Case:
 
 def plan(ctx: rocmcheck.ProbeContext) -> List[Case]:
     cases = [Case(nbytes, dtype, contiguous, repeats)
-             for nbytes, dtypes, repeats in PLANS[("gpu" if ctx.on_gpu else "cpu", ctx.profile)]
+             for nbytes, dtypes, repeats in PLANS[("gpu" if ctx.gpu_sized else "cpu", ctx.profile)]
              for dtype in dtypes for contiguous in (True, False)]
     if ctx.full:
         largest = largest_bytes(ctx)
@@ -144,11 +144,10 @@ def largest_bytes(ctx: rocmcheck.ProbeContext) -> int:
     """The biggest single copy worth trying: a third of free device memory, a third of the host
     memory really available (source and read-back are the only full-size host buffers: the
     pattern is written in place and checked chunk by chunk), capped (`LARGEST_CAP`)."""
-    size = min(host_free_bytes(hostgpu.host_root()) // 3, LARGEST_CAP["gpu" if ctx.on_gpu else "cpu"])
+    size = min(host_free_bytes(hostgpu.host_root()) // 3, LARGEST_CAP["gpu" if ctx.gpu_sized else "cpu"])
     if ctx.on_gpu:
-        import torch
 
-        size = min(size, torch.cuda.mem_get_info(torch.device(ctx.device))[0] // 3)
+        size = min(size, torchapi.memory_info(ctx.device)[0] // 3)
     return size // MIB * MIB
 
 
@@ -180,11 +179,9 @@ class Sender:
     """One transfer method: `stage` prepares the source, `send` copies."""
 
     def __init__(self, method: str, device: str, on_gpu: bool):
-        import torch
-
         self.method, self.device, self.on_gpu = method, device, on_gpu
         self.copy = not on_gpu  # on the CPU, `.to(device)` would return the source itself
-        self.side = torch.cuda.Stream(device) if on_gpu and method == "side-stream" else None
+        self.side = torchapi.new_stream(device) if on_gpu and method == "side-stream" else None
 
     def stage(self, src: Any, src_np: Any) -> Any:
         import torch
@@ -208,7 +205,10 @@ class Sender:
         if m == "to":
             return staged.to(self.device, copy=self.copy)
         if m == "cuda":
-            return staged.cuda(self.device) if self.on_gpu else staged.to(self.device, copy=True)
+            if not self.on_gpu:
+                return staged.to(self.device, copy=True)
+            kind = torch.device(self.device).type  # Tensor.cuda(), or Tensor.simgpu() on a simulated GPU
+            return getattr(staged, kind)(self.device)
         if m in ("to-nonblocking", "pinned") or (m == "side-stream" and not self.on_gpu):
             return staged.to(self.device, non_blocking=True, copy=self.copy)
         if m in ("tensor", "as-tensor"):
@@ -228,11 +228,9 @@ class Sender:
     def _side_stream(self, staged: Any) -> Any:
         """The documented pattern: the side stream waits for the main one, the main one waits
         for the copy, and `record_stream` keeps the allocator from reusing the block early."""
-        import torch
-
-        main = torch.cuda.current_stream(self.device)
+        main = torchapi.current_stream(self.device)
         self.side.wait_stream(main)
-        with torch.cuda.stream(self.side):
+        with torchapi.use_stream(self.side):
             out = staged.to(self.device, non_blocking=True)
         main.wait_stream(self.side)
         out.record_stream(main)
@@ -313,7 +311,7 @@ class Tally:
 )
 def transfer(ctx: rocmcheck.ProbeContext, method: str, context: str) -> None:
     sender = Sender(method, ctx.device, ctx.on_gpu)
-    load = TrainingLoad(ctx.device, ctx.on_gpu) if context == "training" else None
+    load = TrainingLoad(ctx.device, ctx.gpu_sized) if context == "training" else None
     tally = Tally()
     cases = plan(ctx)
     biggest = max(c.nbytes for c in cases)

@@ -10,6 +10,7 @@ skip with the reason, not a failure. Facts: docs/failure-catalogue.md §8.
 import sys
 
 import rocmcheck
+from rocmcheck import torchapi
 
 LINKS = (
     "https://github.com/pytorch/pytorch/issues/143728",
@@ -85,6 +86,7 @@ def workers_ipc(ctx):
     import torch
     import torch.multiprocessing as mp
 
+    torchapi.cuda_only(ctx.device, "sharing device tensors between processes (CUDA IPC handles)")
     if ctx.on_gpu and sys.platform.startswith("win"):
         ctx.skip("sharing GPU tensors between processes is unsupported on Windows (pytorch #13117); "
                  "use num_workers=0 or return CPU tensors from workers")

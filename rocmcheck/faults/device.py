@@ -1,0 +1,48 @@
+"""Simulated GPUs and faults planted inside them, below torch (rocmcheck/simgpu).
+
+`simgpu[:N]` gives the device-facts child and every probe child N simulated GPUs (device type
+`simgpu`), so the GPU half of every probe runs without a GPU. The `simgpu-*` faults change what
+the device itself does: the probe that targets each one must catch it.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from .. import simgpu
+from ..errors import UsageError
+from . import fault
+
+DEFAULT_COUNT = 2
+
+
+def _build(arg: Optional[str]) -> None:
+    """Build the device once in the parent, so a missing compiler is a one-line error before any child."""
+    if int(arg or DEFAULT_COUNT) < 1:
+        raise UsageError("fault 'simgpu' takes a GPU count of at least 1")
+    simgpu.build()
+
+
+@fault("simgpu", f"ARG simulated GPUs (default {DEFAULT_COUNT}), device type simgpu, in the device-facts child and "
+       "every probe child: the GPU half of every probe (allocator, copies, streams, events, pinned memory, per-GPU "
+       "queues) without a GPU; built on first use (needs a C++ compiler and ninja)", args="GPU count", in_facts=True,
+       prepare=_build)
+def _simgpu(arg: Optional[str]) -> None:
+    simgpu.enable(int(arg or DEFAULT_COUNT))
+
+
+@fault("simgpu-copy-tail", "the simulated device zeroes the last 1/ARG (default 4) of every non-blocking "
+       "host-to-device copy (a copy that returns before it is done)", args="fraction denominator", needs="simgpu")
+def _copy_tail(arg: Optional[str]) -> None:
+    simgpu.set_fault("copy-tail", int(arg or 4))
+
+
+@fault("simgpu-stale-side-stream", "a host-to-device copy on a side stream of the simulated device delivers the "
+       "previous copy's bytes on that stream (a stale buffer)", needs="simgpu")
+def _stale_side_stream(arg: Optional[str]) -> None:
+    simgpu.set_fault("stale-side-stream", 1)
+
+
+@fault("simgpu-wrong-device", "simulated GPU ARG (default 1) computes wrong: one element of every floating-point "
+       "result it computes is off; copies and the other GPUs stay right", args="GPU index", needs="simgpu")
+def _wrong_device(arg: Optional[str]) -> None:
+    simgpu.set_fault("wrong-device", int(arg or 1))

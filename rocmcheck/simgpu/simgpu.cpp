@@ -1,0 +1,419 @@
+// Simulated GPUs for rocmcheck: a PrivateUse1 backend whose memory is host RAM, so that every
+// device path of the probes (allocator, copies between devices, streams, events, pinned host
+// memory, per-GPU queues) runs through torch's real dispatcher on a machine without a GPU.
+// Work is synchronous: a stream or event never waits. Kernels the device must own are below;
+// every other op runs on the CPU through at::native::cpu_fallback. Faults can be planted here,
+// below torch, so the probes prove they catch them (set_fault).
+#include <torch/extension.h>
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+namespace {
+
+using c10::DeviceIndex;
+using c10::StreamId;
+constexpr auto kType = c10::DeviceType::PrivateUse1;
+constexpr int kMaxDevices = 16;
+constexpr size_t kTotalBytes = size_t(8) << 30;  // what each simulated GPU reports as its memory
+
+int g_count = 2;
+double g_init_s = 0;
+thread_local DeviceIndex t_device = 0;
+thread_local StreamId t_stream[kMaxDevices] = {};
+std::atomic<StreamId> g_next_stream{1};
+
+// Planted faults: the tail of non-blocking host-to-device copies zeroed (1/denominator of the
+// bytes, 0 = off); copies on a side stream deliver the previous copy's bytes; one device whose
+// floating-point results (every op it computes, convolutions included) come out wrong (-1 = none).
+int64_t g_tail_denominator = 0;
+bool g_stale_side_stream = false;
+int64_t g_wrong_device = -1;
+std::mutex& g_stale_mu = *new std::mutex();
+auto& g_stale = *new std::unordered_map<StreamId, std::vector<char>>();
+
+void lazy_init() {  // a runtime's first initialisation, as slow as ROCMCHECK_SIMGPU_INIT_S asks
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (g_init_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(g_init_s));
+  });
+}
+
+DeviceIndex index_of(c10::Device d) { return d.has_index() ? d.index() : t_device; }
+
+void check_index(DeviceIndex i) {
+  TORCH_CHECK(i >= 0 && i < g_count, "simgpu: device ", int(i), " is not present (", g_count, " simulated GPUs)");
+}
+
+// ---- device memory: malloc with CUDA-style statistics -------------------------------------------
+struct SimAllocator final : c10::DeviceAllocator {
+  std::mutex mu;
+  c10::CachingDeviceAllocator::DeviceStats stats[kMaxDevices];
+  std::unordered_map<void*, std::pair<size_t, DeviceIndex>> live;
+
+  void count(DeviceIndex d, size_t n, bool up) {
+    auto& s = stats[d];
+    for (auto* arr : {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.requested_bytes})
+      for (auto t : {0, 2}) up ? (*arr)[t].increase(n) : (*arr)[t].decrease(n);  // aggregate, large pool
+    for (auto* arr : {&s.allocation, &s.segment, &s.active})
+      for (auto t : {0, 2}) up ? (*arr)[t].increase(1) : (*arr)[t].decrease(1);
+    up ? s.num_device_alloc++ : s.num_device_free++;
+  }
+  c10::DataPtr allocate(size_t n) override {
+    DeviceIndex d = t_device;
+    void* p = n ? c10::alloc_cpu(n) : nullptr;
+    if (p) {
+      std::lock_guard<std::mutex> lock(mu);
+      live[p] = {n, d};
+      count(d, n, true);
+    }
+    return {p, p, &release, c10::Device(kType, d)};
+  }
+  static void release(void* p);
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dst, const void* src, size_t n) const override { std::memcpy(dst, src, n); }
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override {}
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(DeviceIndex d) override {
+    check_index(d);
+    std::lock_guard<std::mutex> lock(mu);
+    return stats[d];
+  }
+  void resetAccumulatedStats(DeviceIndex d) override {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& s = stats[d];
+    for (auto* arr : {&s.allocation, &s.segment, &s.active, &s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
+                      &s.requested_bytes})
+      for (auto& stat : *arr) stat.reset_accumulated();
+  }
+  void resetPeakStats(DeviceIndex d) override {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& s = stats[d];
+    for (auto* arr : {&s.allocation, &s.segment, &s.active, &s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
+                      &s.requested_bytes})
+      for (auto& stat : *arr) stat.reset_peak();
+  }
+  std::pair<size_t, size_t> getMemoryInfo(DeviceIndex d) override {
+    check_index(d);
+    std::lock_guard<std::mutex> lock(mu);
+    return {kTotalBytes - size_t(stats[d].reserved_bytes[0].current), kTotalBytes};
+  }
+  c10::Device device_of(void* p) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = live.find(p);
+    return c10::Device(kType, it == live.end() ? t_device : it->second.second);
+  }
+};
+SimAllocator& g_alloc = *new SimAllocator();  // never destroyed: tensors may be freed during exit
+
+void SimAllocator::release(void* p) {
+  {
+    std::lock_guard<std::mutex> lock(g_alloc.mu);
+    auto it = g_alloc.live.find(p);
+    if (it != g_alloc.live.end()) {
+      g_alloc.count(it->second.second, it->second.first, false);
+      g_alloc.live.erase(it);
+    }
+  }
+  c10::free_cpu(p);
+}
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_alloc);
+
+// ---- pinned host memory: CPU memory whose blocks are remembered ---------------------------------
+struct PinnedAllocator final : c10::Allocator {
+  std::mutex mu;
+  std::map<uintptr_t, size_t> blocks;
+  c10::DataPtr allocate(size_t n) override {
+    void* p = c10::alloc_cpu(n ? n : 1);
+    std::lock_guard<std::mutex> lock(mu);
+    blocks[reinterpret_cast<uintptr_t>(p)] = n;
+    return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  static void release(void* p);
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dst, const void* src, size_t n) const override { std::memcpy(dst, src, n); }
+  bool holds(const void* ptr) {
+    auto at = reinterpret_cast<uintptr_t>(ptr);
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = blocks.upper_bound(at);
+    if (it == blocks.begin()) return false;
+    --it;
+    return at < it->first + std::max<size_t>(it->second, 1);
+  }
+};
+PinnedAllocator& g_pinned = *new PinnedAllocator();
+
+void PinnedAllocator::release(void* p) {
+  {
+    std::lock_guard<std::mutex> lock(g_pinned.mu);
+    g_pinned.blocks.erase(reinterpret_cast<uintptr_t>(p));
+  }
+  c10::free_cpu(p);
+}
+
+// ---- devices, streams and events ----------------------------------------------------------------
+struct Event {
+  std::chrono::steady_clock::time_point at;
+};
+
+struct Guard final : c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return kType; }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    auto old = getDevice();
+    setDevice(d);
+    return old;
+  }
+  c10::Device getDevice() const override { return c10::Device(kType, t_device); }
+  void setDevice(c10::Device d) const override {
+    check_index(index_of(d));
+    t_device = index_of(d);
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override { t_device = index_of(d); }
+  c10::Stream getStream(c10::Device d) const override {
+    auto i = index_of(d);
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kType, i), t_stream[i]);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kType, index_of(d)), 0);
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return getNewStream(d, 0); }
+  c10::Stream getNewStream(c10::Device d, int) const override {
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kType, index_of(d)), g_next_stream++);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    auto old = getStream(s.device());
+    t_stream[s.device_index()] = s.id();
+    return old;
+  }
+  DeviceIndex deviceCount() const noexcept override { return static_cast<DeviceIndex>(g_count); }
+  void record(void** event, const c10::Stream&, const DeviceIndex, const c10::EventFlag) const override {
+    if (!*event) *event = new Event();
+    static_cast<Event*>(*event)->at = std::chrono::steady_clock::now();
+  }
+  void block(void*, const c10::Stream&) const override {}  // work is done when it is queued
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void* event, const DeviceIndex) const noexcept override { delete static_cast<Event*>(event); }
+  void synchronizeEvent(void*) const override {}
+  void synchronizeDevice(const DeviceIndex) const override {}
+  bool queryStream(const c10::Stream&) const override { return true; }
+  void synchronizeStream(const c10::Stream&) const override {}
+  void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+  double elapsedTime(void* start, void* end, const DeviceIndex) const override {
+    TORCH_CHECK(start && end, "simgpu: both events must be recorded before elapsed_time");
+    auto span = static_cast<Event*>(end)->at - static_cast<Event*>(start)->at;
+    return std::chrono::duration<double, std::milli>(span).count();
+  }
+};
+C10_REGISTER_GUARD_IMPL(PrivateUse1, Guard);
+
+struct Hooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return g_count > 0; }
+  bool hasPrimaryContext(DeviceIndex) const override { return true; }
+  void init() const override { lazy_init(); }
+  DeviceIndex deviceCount() const override { return static_cast<DeviceIndex>(g_count); }
+  void setCurrentDevice(DeviceIndex d) const override {
+    check_index(d);
+    t_device = d;
+  }
+  DeviceIndex getCurrentDevice() const override { return t_device; }
+  DeviceIndex exchangeDevice(DeviceIndex d) const override {
+    auto old = t_device;
+    setCurrentDevice(d);
+    return old;
+  }
+  DeviceIndex maybeExchangeDevice(DeviceIndex d) const override { return exchangeDevice(d); }
+  bool isPinnedPtr(const void* p) const override { return g_pinned.holds(p); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned; }
+  c10::Device getDeviceFromPtr(void* p) const override { return g_alloc.device_of(p); }
+  const at::Generator& getDefaultGenerator(DeviceIndex) const override { return at::detail::getDefaultCPUGenerator(); }
+  at::Generator getNewGenerator(DeviceIndex) const override { return at::detail::createCPUGenerator(); }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t n) const override {
+    auto* impl = storage.unsafeGetStorageImpl();
+    auto fresh = g_alloc.allocate(n);
+    if (impl->data() && n) std::memcpy(fresh.get(), impl->data(), std::min(n, impl->nbytes()));
+    impl->set_data_ptr_noswap(std::move(fresh));
+    impl->set_nbytes(n);
+  }
+};
+
+// ---- the kernels the device owns ----------------------------------------------------------------
+at::Tensor as_cpu(const at::Tensor& t) {  // the same memory, seen as a CPU tensor
+  if (t.device().is_cpu()) return t;
+  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), at::TensorOptions().dtype(t.dtype()));
+}
+
+at::Tensor to_device(const at::Tensor& cpu, c10::Device device) {
+  if (!cpu.defined()) return cpu;
+  auto out = at::empty(cpu.sizes(), cpu.options().device(device));
+  as_cpu(out).copy_(cpu);
+  return out;
+}
+
+void maybe_wrong(const at::Tensor& result) {  // the planted "one device computes wrong" fault
+  if (g_wrong_device < 0 || !result.defined() || result.device().type() != kType ||
+      result.device().index() != g_wrong_device || result.numel() == 0 || !result.is_floating_point())
+    return;
+  auto first = as_cpu(result);
+  while (first.dim()) first = first.select(0, 0);
+  first.add_(first.abs() + 1);
+}
+
+at::Tensor empty(c10::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
+                 std::optional<c10::Device> device, std::optional<bool>, std::optional<c10::MemoryFormat> format) {
+  lazy_init();  // every device tensor begins here
+  c10::OptionalDeviceGuard guard(device);
+  return at::detail::empty_generic(size, &g_alloc, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout>, std::optional<c10::Device> device, std::optional<bool>) {
+  lazy_init();
+  c10::OptionalDeviceGuard guard(device);
+  return at::detail::empty_strided_generic(size, stride, &g_alloc,
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+void stale_side_stream(const at::Tensor& dst) {  // deliver the previous copy's bytes on this stream
+  auto stream = t_stream[dst.device().index()];
+  if (!stream || !dst.is_contiguous()) return;
+  auto* bytes = static_cast<char*>(dst.data_ptr());
+  size_t n = dst.nbytes();
+  std::vector<char> now(bytes, bytes + n);
+  std::lock_guard<std::mutex> lock(g_stale_mu);
+  auto& before = g_stale[stream];
+  before.resize(n, 0);
+  std::memcpy(bytes, before.data(), n);
+  before.swap(now);
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  c10::OptionalDeviceGuard guard(dst.device().type() == kType ? dst.device() : self.device());
+  as_cpu(dst).copy_(as_cpu(self));
+  bool to_device = dst.device().type() == kType && self.device().is_cpu();
+  if (to_device && g_stale_side_stream) stale_side_stream(dst);
+  if (to_device && non_blocking && g_tail_denominator > 0 && dst.is_contiguous() && dst.nbytes()) {
+    size_t tail = std::max<size_t>(dst.nbytes() / g_tail_denominator, 1);
+    std::memset(static_cast<char*>(dst.data_ptr()) + dst.nbytes() - tail, 0, tail);
+  }
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+// `param.data = param.to(device)` (FSDP, DDP, Module.to): torch allows it between dense tensors
+// of the devices it knows, so the device says that its tensors and the CPU's are alike.
+bool compatible_shallow_copy(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == at::kStrided && (t.device().is_cpu() || t.device().type() == kType);
+  };
+  return dense(self) && dense(from);
+}
+
+void record_stream(at::Tensor&, c10::Stream) {}  // memory is freed at once: no stream to wait for
+
+at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                       c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                       c10::IntArrayRef output_padding, int64_t groups) {
+  std::optional<at::Tensor> b = bias && bias->defined() ? std::optional<at::Tensor>(as_cpu(*bias)) : std::nullopt;
+  auto out = to_device(at::convolution(as_cpu(input), as_cpu(weight), b, stride, padding, dilation, transposed,
+                                       output_padding, groups), input.device());
+  maybe_wrong(out);
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> mask) {
+  std::vector<int64_t> bias_sizes{transposed ? weight.size(1) * groups : weight.size(0)};
+  auto [gi, gw, gb] = at::convolution_backward(as_cpu(grad_output), as_cpu(input), as_cpu(weight), bias_sizes,
+                                               stride, padding, dilation, transposed, output_padding, groups, mask);
+  auto d = input.device();
+  return {to_device(gi, d), to_device(gw, d), to_device(gb, d)};
+}
+
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  at::native::cpu_fallback(op, stack);
+  if (g_wrong_device >= 0 && !stack->empty() && stack->back().isTensor()) maybe_wrong(stack->back().toTensor());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("resize_", TORCH_FN(at::native::resize_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(at::native::set_storage_cpu_));
+  m.impl("set_.source_Storage", TORCH_FN(at::native::set_));
+  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+  m.impl("view", TORCH_FN(at::native::view));
+  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(compatible_shallow_copy));
+  m.impl("convolution_overrideable", TORCH_FN(convolution));
+  m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward));
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
+}
+
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {  // ops without a rule run as they are
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {  // what autocast lowers, and what it keeps in fp32
+  KERNEL_PRIVATEUSEONE(mm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(addmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(bmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(matmul, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(linear, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv2d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(scaled_dot_product_attention, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(mse_loss, fp32)
+  KERNEL_PRIVATEUSEONE(log_softmax, int, fp32)
+  KERNEL_PRIVATEUSEONE(cross_entropy_loss, fp32)
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  static Hooks hooks;
+  at::RegisterPrivateUse1HooksInterface(&hooks);
+  m.def("set_device_count", [](int n) { g_count = std::max(0, std::min(n, kMaxDevices)); });
+  m.def("device_count", [] { return g_count; });
+  m.def("current_device", [] { return int(t_device); });
+  m.def("set_device", [](int i) { check_index(i); t_device = i; });
+  m.def("set_init_seconds", [](double s) { g_init_s = s; });
+  m.def("set_fault", [](const std::string& name, int64_t value) {
+    if (name == "copy-tail") g_tail_denominator = value;
+    else if (name == "stale-side-stream") g_stale_side_stream = value != 0;
+    else if (name == "wrong-device") g_wrong_device = value;
+    else TORCH_CHECK(false, "simgpu: no fault named ", name);
+  });
+}

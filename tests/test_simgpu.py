@@ -1,0 +1,126 @@
+"""The simulated GPUs (rocmcheck/simgpu): the device itself, built once per test session into the
+cache (the build takes 30-130 s; a cached one loads in a few hundredths of a second)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from rocmcheck import simgpu
+from rocmcheck.cli import main
+from rocmcheck.errors import UsageError
+
+DEVICE_PATHS = textwrap.dedent('''
+    import time
+    import torch
+    from rocmcheck import simgpu
+    simgpu.enable(2)  # ROCMCHECK_SIMGPU_INIT_S=0.5: the first device use waits that long, once
+    began = time.perf_counter(); torch.empty(0, device="simgpu:0"); first = time.perf_counter() - began
+    began = time.perf_counter(); torch.empty(0, device="simgpu:1"); second = time.perf_counter() - began
+    assert first >= 0.5 and second < 0.1, (first, second)
+    host = torch.arange(1000, dtype=torch.float32)
+    one = host.to("simgpu:1")
+    assert one.device == torch.device("simgpu:1") and torch.equal(one.cpu(), host)
+    assert torch.equal(one.to("simgpu:0").cpu(), host)  # device to device
+    pinned = host.pin_memory()
+    assert pinned.is_pinned() and not host.is_pinned()
+    assert torch.equal(pinned.to("simgpu:0", non_blocking=True).cpu(), host)
+    side = torch.Stream(device="simgpu:0")
+    with side:
+        assert torch.accelerator.current_stream(0) == side
+    start, end = (torch.Event(device="simgpu:0", enable_timing=True) for _ in range(2))
+    start.record(); x = torch.randn(64, 64, device="simgpu:0") @ torch.randn(64, 64, device="simgpu:0"); end.record()
+    end.synchronize()
+    assert start.elapsed_time(end) > 0
+    assert torch.accelerator.memory_allocated(1) >= 4000 and torch.accelerator.get_memory_info(0)[1] == 8 << 30
+    with torch.autocast("simgpu", dtype=torch.bfloat16):
+        assert (x @ x).dtype == torch.bfloat16
+    conv = torch.nn.Conv2d(3, 4, 3).to("simgpu:1")
+    out = conv(torch.randn(2, 3, 8, 8, device="simgpu:1"))
+    out.sum().backward()
+    assert conv.weight.grad.device == torch.device("simgpu:1")
+    simgpu.set_fault("copy-tail", 4)
+    assert torch.equal(host.to("simgpu:0").cpu(), host)  # a blocking copy is untouched
+    faulty = pinned.to("simgpu:0", non_blocking=True).cpu()
+    assert torch.equal(faulty[:750], host[:750]) and not faulty[750:].any()  # the last quarter zeroed
+    print("ok", flush=True)
+    import os; os._exit(0)  # as rocmcheck's children: torch's autograd device threads may take the GIL during teardown
+''')
+
+
+@pytest.fixture(scope="session")
+def simgpu_built():
+    """The device, built into the cache once per session (a file lock keeps xdist workers from building twice)."""
+    simgpu.build()
+
+
+def test_the_device_holds_data_streams_events_pinned_memory_a_slow_first_init_and_a_planted_fault(simgpu_built):
+    env = {**os.environ, simgpu.INIT_ENV: "0.5"}
+    run = subprocess.run([sys.executable, "-c", DEVICE_PATHS], capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+
+
+def test_without_ninja_the_build_is_a_one_line_error(monkeypatch, tmp_path):
+    monkeypatch.setenv(simgpu.CACHE_ENV, str(tmp_path))  # nothing cached: a build is needed
+    monkeypatch.setattr(simgpu, "_ext", None)
+    monkeypatch.setattr("torch.utils.cpp_extension.is_ninja_available", lambda: False)
+    with pytest.raises(UsageError, match=r"^simulated GPUs need ninja \(pip install ninja\) to build"):
+        simgpu.build()
+
+
+def _statuses(verdicts):
+    return {(v["variant"], v["device"]["name"]): v["status"] for v in verdicts}
+
+
+def test_a_copy_that_zeroes_the_tail_of_non_blocking_copies_fails_exactly_those_variants(rocm_run, simgpu_built):
+    verdicts = rocm_run(probe="transfer", keyword="isolated and not d2 and not tensor and not copy_ and not cuda",
+                        device="simgpu:0", inject="simgpu:1,simgpu-copy-tail", profile="gate")
+    assert _statuses(verdicts) == {("transfer[to-isolated]", "simgpu:0"): "pass",
+                                   ("transfer[to-nonblocking-isolated]", "simgpu:0"): "fail",
+                                   ("transfer[pinned-isolated]", "simgpu:0"): "fail",
+                                   ("transfer[side-stream-isolated]", "simgpu:0"): "fail"}
+    assert all("zeros" in v["message"] for v in verdicts if v["status"] == "fail")
+
+
+def test_a_side_stream_that_returns_the_previous_buffer_is_caught(rocm_run, simgpu_built):
+    (verdict,) = rocm_run(probe="transfer", keyword="side-stream-isolated", device="simgpu:0",
+                          inject="simgpu:1,simgpu-stale-side-stream", profile="gate")
+    assert verdict["status"] == "fail" and "32 of 32 copies wrong" in verdict["message"]
+
+
+def test_one_gpu_of_two_that_computes_wrong_is_named(rocm_run, simgpu_built):
+    verdicts = rocm_run(probe="*", keyword="gemm and fp32-default or device-smoke", device="all",
+                        inject="simgpu:2,simgpu-wrong-device:1", profile="gate")
+    assert _statuses(verdicts) == {("gemm[fp32-default]", "simgpu:0"): "pass",
+                                   ("gemm[fp32-default]", "simgpu:1"): "fail",
+                                   ("device-smoke", "simgpu:0"): "pass", ("device-smoke", "simgpu:1"): "fail"}
+    wrong = next(v for v in verdicts if v["status"] == "fail" and v["probe"] == "gemm")
+    assert wrong["device"]["index"] == 1 and wrong["device"]["uuid"] == "simgpu-1"
+
+
+def test_a_healthy_node_of_two_simulated_gpus_is_go(tmp_path, simgpu_built):
+    """The gate's decision, its per-GPU verdicts and the skips naming the simulated device's limit, on
+    the quicker probes; `make simgpu-test` runs the whole gate (GO, 24 s here: CI keeps the quicker third)."""
+    report = tmp_path / "gate.json"
+    requires = [arg for probe in ("gpu-visible", "device-smoke", "numerics", "config-lint", "allocator", "pcie-link")
+                for arg in ("--require", probe)]
+    assert main(["gate", "--inject", "simgpu:2", *requires, "--json", str(report), "--out-dir", str(tmp_path)]) == 0
+    verdicts = json.loads(report.read_text())["verdicts"]
+    assert {v["device"]["name"] for v in verdicts} == {"simgpu:0", "simgpu:1"}
+    assert {v["status"] for v in verdicts} == {"pass", "skip"}
+    skipped = {v["variant"]: v["message"] for v in verdicts if v["status"] == "skip"}
+    assert {"allocator[default]", "pcie-link", "config-lint[arch-in-wheel]"} <= set(skipped)
+    assert all("simulated GPU" in skipped[k] for k in ("allocator[default]", "pcie-link", "config-lint[arch-in-wheel]"))
+
+
+
+def test_the_device_option_names_simulated_gpus():
+    from rocmcheck import options
+
+    assert options.device("simgpu:1,0,1") == "simgpu:1,0"
+    with pytest.raises(ValueError, match="not 'simgpu:x'"):
+        options.device("simgpu:x")
