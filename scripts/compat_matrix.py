@@ -68,8 +68,14 @@ def venv_for(version: str, extras: Sequence[str], python: str) -> Path:
 
 
 def build_wheel(out: Path) -> Path:
+    """The wheel of the committed tree (HEAD), built from a clean export: no stale build/ folder, no
+    uncommitted file, so the matrix speaks of a commit."""
+    source = out / "source"
+    source.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
-                    str(ROOT)], check=True, env=pip_env())
+                    str(source)], check=True, env=pip_env())
     return next(out.glob("rocmcheck-*.whl"))
 
 
@@ -108,7 +114,10 @@ def gate_word(gate: dict) -> str:
 
 def render(rows: List[dict]) -> str:
     """One table of versions and counts, then every verdict that is neither pass nor skip, then the skips."""
-    lines = [f"rocmcheck compatibility matrix, {datetime.date.today()} (CPU, `--device cpu`, PyPI builds of torch)", ""]
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    lines = [f"rocmcheck compatibility matrix, {datetime.date.today()}, commit {commit} (CPU, `--device cpu`, "
+             f"PyPI builds of torch)", ""]
     summary = [(r["torch"], gate_word(r["gate"]), counts(r["gate"]["verdicts"]), counts(r["run"]["verdicts"]))
                for r in rows]
     lines.append(tabulate(summary, headers=("torch", "gate", "gate verdicts", "full run"), tablefmt="github"))
