@@ -285,7 +285,8 @@ def test_gate_on_two_gpus_reads_counters_before_and_after_in_the_parent_and_drai
     health = {v["device"]["name"]: v for v in report["verdicts"] if v["probe"] == "node-health"}
     # read before zz-bump ran (the baseline) and after it (node-health runs last on each GPU, whatever its name)
     assert health["simgpu:0"]["status"] == "warn" and "umc 3 -> 9 (+6)" in health["simgpu:0"]["message"]
-    assert health["simgpu:1"]["measurements"]["pcie_replays"] == 0 and "pending retirement" in health["simgpu:1"]["message"]
+    failing_gpu = health["simgpu:1"]
+    assert failing_gpu["measurements"]["pcie_replays"] == 0 and "pending retirement" in failing_gpu["message"]
     (warned,) = verdict["warnings"]  # the node verdict lists what to watch too
     assert warned["check"] == "node-health" and warned["device"]["name"] == "simgpu:0" and "+6" in warned["message"]
     assert all("runtime_init_s" not in v["measurements"] for v in health.values())  # no child, no GPU runtime

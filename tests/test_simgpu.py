@@ -64,6 +64,16 @@ def test_the_device_holds_data_streams_events_pinned_memory_a_slow_first_init_an
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
 
 
+def test_an_older_torch_is_a_one_line_error_before_any_build(monkeypatch, tmp_path):
+    """torch 2.5.1 fails to compile the device with pages of C++ errors: say it in one line instead."""
+    monkeypatch.setenv(simgpu.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(simgpu, "_ext", None)
+    monkeypatch.setattr("torch.__version__", "2.5.1+cu124")
+    with pytest.raises(UsageError, match=r"^simulated GPUs need torch 2.11 or newer; this is torch 2.5.1\+cu124"):
+        simgpu.build()
+    assert not list(tmp_path.iterdir())
+
+
 def test_without_ninja_the_build_is_a_one_line_error(monkeypatch, tmp_path):
     monkeypatch.setenv(simgpu.CACHE_ENV, str(tmp_path))  # nothing cached: a build is needed
     monkeypatch.setattr(simgpu, "_ext", None)

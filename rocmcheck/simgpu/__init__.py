@@ -22,6 +22,9 @@ from typing import Any, Iterator, Optional
 from ..errors import UsageError
 
 NAME = "simgpu"
+# The device is written against torch's current C++ API (c10::DeviceAllocator, the generic
+# torch.accelerator streams): built and run on 2.11, 2.13 and 2.14; 2.5 fails to compile it.
+MIN_TORCH = (2, 11)
 SOURCE = Path(__file__).with_name("simgpu.cpp")
 CACHE_ENV = "ROCMCHECK_SIMGPU_CACHE"
 INIT_ENV = "ROCMCHECK_SIMGPU_INIT_S"  # seconds each process's first device initialisation costs
@@ -81,8 +84,12 @@ def build() -> ModuleType:
     global _ext
     if _ext is not None:
         return _ext
-    import torch  # noqa: F401  (the extension links against the loaded torch)
+    import torch  # (the extension links against the loaded torch)
 
+    found = tuple(int("".join(c for c in part if c.isdigit()) or 0) for part in torch.__version__.split(".")[:2])
+    if found < MIN_TORCH:
+        raise UsageError(f"simulated GPUs need torch {'.'.join(map(str, MIN_TORCH))} or newer; this is torch "
+                         f"{torch.__version__} (the GPU half of the probes still runs on a real GPU here)")
     folder = cache_dir()
     built = folder / f"{NAME}_ext.so"
     if not built.exists():
