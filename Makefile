@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 BIN := $(VENV)/bin
 
-.PHONY: gate test simgpu-test clean compat
+.PHONY: gate test simgpu-test clean compat cuda-build-test
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -57,3 +57,16 @@ clean:
 COMPAT_ARGS ?=
 compat: $(VENV)/.installed
 	$(BIN)/python scripts/compat_matrix.py $(COMPAT_ARGS)
+
+# A CUDA build of torch without a GPU (PyPI's Linux torch: several GB, so not in CI): the CUDA-build facts
+# rocmcheck reports and relies on, held against torch's own answers (tests/test_cuda_build.py).
+CUDA_TORCH ?= torch==2.14.1
+CUDA_VENV ?= .venv-cuda
+$(CUDA_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(CUDA_VENV)
+	$(CUDA_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CUDA_VENV)/bin/python -m pip install -q "$(CUDA_TORCH)" -e ".[test]"
+	touch $@
+
+cuda-build-test: $(CUDA_VENV)/.installed
+	$(CUDA_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_cuda_build.py

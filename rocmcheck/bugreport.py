@@ -45,11 +45,14 @@ class Trim:
     evidence_chars: int = 4000
     matrix_rows: str = "all"  # "all", "not passing" or "none"
     code_per_module: Optional[int] = None  # reproducer scripts shown per probe module; None: all
+    helpers: bool = True  # reproducer code with rocmcheck's own helper modules (else the probe's module only)
     doctor: bool = True
     max_verdicts: Optional[int] = None
 
 
 TRIM_STEPS = (
+    ("rocmcheck's own helper modules inside the reproducer code (the .py files beside this report embed them)",
+     {"helpers": False}),
     ("evidence tails beyond 1,500 characters", {"evidence_chars": 1500}),
     ("passing and skipped rows of the matrix", {"matrix_rows": "not passing"}),
     ("reproducer code beyond one variant per probe module", {"code_per_module": 1}),
@@ -107,7 +110,7 @@ def _reproducers(report: Dict[str, Any], redactor: Redactor, stem: str, probes_p
         name = f"{stem}-{built.filename}"
         while name in {r.filename for r in made}:
             name = name[:-3] + "-1.py"
-        made.append(replace(built, filename=name, script=redactor.text(built.script)))
+        made.append(replace(built, filename=name, script=redactor.text(built.script), brief=redactor.text(built.brief)))
     return made, missing
 
 
@@ -196,7 +199,7 @@ def markdown(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: 
         show_code = script is not None and (trim.code_per_module is None
                                             or code_shown[script.module] < trim.code_per_module)
         code_shown[script.module if script else ""] += show_code
-        out += _verdict_section(v, script, show_code, no_repro.get(v["variant"]), trim.evidence_chars)
+        out += _verdict_section(v, script, show_code, no_repro.get(v["variant"]), trim.evidence_chars, trim.helpers)
     if len(shown) < len(bad):
         out += ["", "Also not passing: " + _names([f"`{v['variant']}` ({v['status']})" for v in bad[len(shown):]])]
     warns = [v for v in report["verdicts"] if v["status"] == "warn"]
@@ -277,7 +280,7 @@ def _fingerprint_table(report: Dict[str, Any]) -> str:
 
 
 def _verdict_section(v: Dict[str, Any], script: Optional[repro.Reproducer], show_code: bool,
-                     why_none: Optional[str], evidence_chars: int) -> List[str]:
+                     why_none: Optional[str], evidence_chars: int, helpers: bool = True) -> List[str]:
     ev = _mapping(v.get("evidence"))
     out = ["", f"## {v['status'].upper()} `{v['variant']}`", "", short(v.get("message", ""), 1000), ""]
     exited = None if ev.get("signal") or ev.get("returncode") == 0 else ev.get("exit")
@@ -293,7 +296,9 @@ def _verdict_section(v: Dict[str, Any], script: Optional[repro.Reproducer], show
         if ev.get(key):
             out += _details(key.replace("_", " "), _tail(str(ev[key]), evidence_chars))
     if script and show_code:
-        out += _details(f"standalone reproducer <code>{script.filename}</code>", script.script, "python")
+        out += _details(f"standalone reproducer <code>{script.filename}</code>"
+                        + ("" if helpers else " (its rocmcheck helper modules: in the file)"),
+                        script.script if helpers else script.brief, "python")
     elif script:
         out += ["", f"Standalone reproducer: `{script.filename}` (beside this report)."]
     elif why_none:

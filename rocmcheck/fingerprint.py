@@ -180,7 +180,8 @@ def device_facts(task: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         "git": getattr(torch.version, "git_version", None),
         "debug": getattr(torch.version, "debug", None),
         "has_int1": hasattr(torch, "int1"),
-        "arch_list": guarded(torch.cuda.get_arch_list) or [],
+        # get_arch_list() is [] where no GPU is visible; the build's own flags still say what it was compiled for
+        "arch_list": guarded(torch.cuda.get_arch_list) or compiled_arch_list(torch) or [],
     }
     kind = guarded(torchapi.device_type) or "cuda"  # simgpu under --inject simgpu
     count = guarded(lambda: torchapi.device_count(kind)) or 0
@@ -207,13 +208,19 @@ def summary(fingerprint: Dict[str, Any]) -> str:
     return " / ".join(str(p) for p in parts)
 
 
+def compiled_arch_list(torch: Any) -> Optional[List[str]]:
+    """The archs this torch was compiled for, from its build flags: no GPU runtime needed (None if unreadable)."""
+    flags = getattr(torch._C, "_cuda_getArchFlags", None)  # compile-time; torch.cuda.get_arch_list() initialises
+    found = guarded(flags) if flags else None
+    return found.split() if isinstance(found, str) else None
+
+
 def wheel_facts(task: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Run in a child: torch's version, build and compiled arch list, read without initialising
     the GPU runtime, so it works where HIP aborts at its first call (hipErrorNoBinaryForGpu)."""
     import torch
 
-    flags = getattr(torch._C, "_cuda_getArchFlags", None)  # compile-time; torch.cuda.get_arch_list() initialises
     hip, cuda = getattr(torch.version, "hip", None), getattr(torch.version, "cuda", None)
-    arch_list = guarded(flags) if flags else None
+    arch_list = compiled_arch_list(torch)
     return {"torch": torch.__version__, "hip": hip, "cuda": cuda, "rocm": getattr(torch.version, "rocm", None),
-            "arch_list": arch_list.split() if isinstance(arch_list, str) else ([] if not (hip or cuda) else None)}
+            "arch_list": arch_list if arch_list is not None else ([] if not (hip or cuda) else None)}

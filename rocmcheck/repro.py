@@ -58,6 +58,7 @@ class Reproducer:
     filename: str
     script: str
     module: str  # the probe module it embeds: variants of one module share all but CONFIG
+    brief: str = ""  # the script with rocmcheck's own helper modules left out, for a Markdown that must be short
 
 
 # --- what runs inside the generated script (copied into it verbatim) ------------------------
@@ -331,9 +332,15 @@ def build(spec: ProbeSpec, verdict: Mapping[str, Any], report: Mapping[str, Any]
               "profile": str((report.get("run") or {}).get("profile") or "full"), "timeout_s": spec.timeout,
               "env": variant_env(report, verdict)}
     ordered = [spec.module, *sorted(n for n in sources if n not in (spec.module, "rocmcheck")), "rocmcheck"]
-    body = ",\n".join(f"    {name!r}: ({_string_literal(sources[name][0])}, {sources[name][1]})" for name in ordered)
-    script = (f'#!/usr/bin/env python3\n"""{_docstring(verdict, report, machine)}\n"""\n\n'
-              f"CONFIG = {_literal(config)}\n\n\n{_harness()}\n\n"
-              f"# module name -> (source, is a package)\nSOURCES = {{\n{body},\n}}\n\n"
-              f'if __name__ == "__main__":\n    reproduce(CONFIG, SOURCES)\n')
-    return Reproducer(str(config["variant"]), filename_for(str(config["variant"])), script, spec.module)
+
+    def script(helpers: bool) -> str:
+        body = ",\n".join(f"    {module!r}: ({_string_literal(sources[module][0])}, {sources[module][1]})"
+                           if helpers or module == spec.module else f"    # {module!r}: in the .py file"
+                           for module in ordered)
+        return (f'#!/usr/bin/env python3\n"""{_docstring(verdict, report, machine)}\n"""\n\n'
+                f"CONFIG = {_literal(config)}\n\n\n{_harness()}\n\n"
+                f"# module name -> (source, is a package)\nSOURCES = {{\n{body},\n}}\n\n"
+                f'if __name__ == "__main__":\n    reproduce(CONFIG, SOURCES)\n')
+
+    return Reproducer(str(config["variant"]), filename_for(str(config["variant"])), script(True), spec.module,
+                      script(False))

@@ -86,11 +86,15 @@ def test_markdown_fits_a_github_issue_and_says_what_was_cut(tmp_path):
     bug = bugreport.build(report, stem="big")
     assert len(bug.markdown) <= bugreport.GITHUB_BODY_LIMIT
     cuts = bug.data["bug_report"]["markdown_cut"]
-    assert cuts[:2] == ["evidence tails beyond 1,500 characters", "passing and skipped rows of the matrix"]
+    assert cuts[:3] == [bugreport.TRIM_STEPS[0][0], "evidence tails beyond 1,500 characters",
+                        "passing and skipped rows of the matrix"]
     assert "Trimmed to fit a GitHub issue" in bug.markdown and "`big.json` has everything" in bug.markdown
     assert bug.data["verdicts"][0]["evidence"]["output_tail"] == tail  # the twin keeps everything
     small = bugreport.build(load_report(_saved_report(tmp_path, verdicts[:2])), stem="small")
-    assert small.data["bug_report"]["markdown_cut"] == [] and "Trimmed" not in small.markdown
+    # two failures with their evidence fit; only the generic helper modules of the reproducer code go first
+    assert small.data["bug_report"]["markdown_cut"] == [bugreport.TRIM_STEPS[0][0]]
+    assert "(its rocmcheck helper modules: in the file)" in small.markdown
+    assert "def device_smoke" in small.markdown and "in the .py file" in small.markdown
     assert tail.splitlines()[-1] in small.markdown and "characters cut; the JSON twin has them" in small.markdown
     assert len(bug.reproducers) == 60 and "big-repro-device-smoke-case0.py" in bug.markdown
 
