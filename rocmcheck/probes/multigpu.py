@@ -42,6 +42,7 @@ CHECKS = ("all_reduce", "ddp", "fsdp")
 WORLD = 2
 ROWS_PER_RANK, FEATURES, LR = 8, 32, 0.1
 STEP_TOLERANCE = 1e-5  # fp32 step against a float64 step, relative to the largest parameter
+FSDP_ON_CPU = (2, 6)  # before it fully_shard moves a CPU model to CUDA (pytorch #132471); 2.11+ shard on the CPU
 HANG_MARGIN_S = 1.5  # left between a rank's own deadline and the watchdog's
 PEER_SIZES = {"gate": (1 << 20,), "full": (1 << 20, 256 << 20)}
 PEER_REPEATS = {"gate": 3, "full": 10}
@@ -263,6 +264,9 @@ def check_fsdp(torch, dist, device, rank, world):
     from rocmcheck import torchapi
 
     fully_shard = torchapi.fully_shard()
+    if device.type == "cpu" and torchapi.version_tuple(torch.__version__) < FSDP_ON_CPU:
+        raise rocmcheck.Skip(f"FSDP2 on the CPU needs torch 2.6; torch {torch.__version__} puts it on CUDA "
+                             f"(pytorch #132471: 'FSDP requires CUDA for streams' without a GPU)")
     x, y = batch(ROWS_PER_RANK * world)
     model = small_mlp(torch)
     reference = reference_step(torch, model, x, y)
