@@ -63,13 +63,28 @@ def in_mount_namespace(setup: str, args, **env: str) -> subprocess.CompletedProc
 # --- the verdict does not depend on writing the report -----------------------------------
 
 
+# A checkout and its venv may live under /tmp (a CI clone): a mount over /tmp must leave them visible.
+KEPT = sorted({str(Path(*Path(p).resolve().parts[:depth])) for p in (sys.prefix, Path(__file__).parent.parent)
+               for base, depth in (("/tmp", 3), ("/var/tmp", 4)) if str(Path(p).resolve()).startswith(base + "/")})
+
+
+def over_temp(mode: str) -> str:
+    """Shell commands: a small tmpfs over /tmp and /var/tmp, read-only ("ro") or full ("full"), with what
+    KEPT holds under them bound back in place (from the shell's cwd: mount -c takes /proc/self/cwd as is)."""
+    steps = []
+    for base in ("/tmp", "/var/tmp"):
+        kept = [k for k in KEPT if k.startswith(base + "/")]
+        steps.append(f"cd {kept[0]}" if kept else "cd /")
+        steps.append(f"mount -t tmpfs -o size=64k tmpfs {base}")
+        steps += [f"mkdir -p {k} && mount -c --bind /proc/self/cwd {k}" for k in kept[:1]]
+        steps.append(f"mount -o remount,ro {base}" if mode == "ro" else
+                     f"{{ cat /dev/zero > {base}/fill 2>/dev/null; true; }}")
+    return " && ".join(steps)
+
+
 @needs_mount
-@pytest.mark.parametrize("setup,why", [
-    ("mount -t tmpfs -o ro,size=64k tmpfs /tmp && mount -t tmpfs -o ro,size=64k tmpfs /var/tmp",
-     "Read-only file system"),
-    ("mount -t tmpfs -o size=64k tmpfs /tmp && mount --bind /tmp /var/tmp && { cat /dev/zero > /tmp/fill 2>/dev/null; "
-     "true; }", "No space left on device"),
-], ids=["read-only", "full"])
+@pytest.mark.parametrize("setup,why", [(over_temp("ro"), "Read-only file system"),
+                                       (over_temp("full"), "No space left on device")], ids=["read-only", "full"])
 def test_gate_decides_in_a_read_only_folder_or_on_a_full_disk(setup, why):
     """Kubernetes' readOnlyRootFilesystem, or a full disk: the working folder and every temporary
     folder (the probes' scratch files then go to /dev/shm)."""

@@ -86,7 +86,8 @@ def build() -> ModuleType:
         return _ext
     import torch  # (the extension links against the loaded torch)
 
-    found = tuple(int("".join(c for c in part if c.isdigit()) or 0) for part in torch.__version__.split(".")[:2])
+    version: str = torch.__version__
+    found = tuple(int("".join(c for c in part if c.isdigit()) or 0) for part in version.split(".")[:2])
     if found < MIN_TORCH:
         raise UsageError(f"simulated GPUs need torch {'.'.join(map(str, MIN_TORCH))} or newer; this is torch "
                          f"{torch.__version__} (the GPU half of the probes still runs on a real GPU here)")
