@@ -244,7 +244,7 @@ def cuda_only(device: Any, what: str) -> None:
     (on the CPU the probe's own CPU path decides)."""
     kind = _torch().device(device).type
     if kind not in ("cuda", "cpu"):
-        raise Skip(f"{what} exists only on CUDA/ROCm GPUs; {kind} is a simulated GPU without it")
+        raise Skip(f"{what}: only on CUDA/ROCm GPUs; {kind} is a simulated GPU without them")
 
 
 def init_device(device: str) -> None:
