@@ -138,7 +138,8 @@ def device_canary(task: Dict[str, Any]) -> Dict[str, Any]:
     if task["device"] != "cpu":
         torchapi.synchronize(task["device"])
     expected = 1023 * 1024.0
-    return {"ok": got == expected, **({} if got == expected else {"problem": f"2*sum(0..1023) = {got}, not {expected}"})}
+    problem = {} if got == expected else {"problem": f"2*sum(0..1023) = {got}, not {expected}"}
+    return {"ok": got == expected, **problem}
 
 
 def write_result(path: str, result: Dict[str, Any]) -> None:

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry, torchapi
+from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry, torchapi, watchdog
+from .context import ProbeContext
 from .errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from .exitcodes import BY_MEANING, signatures
 from .launch import ChildProcess, IsolationServerDied, SpawnLauncher
@@ -29,12 +30,9 @@ from .model import DeviceInfo, Status, Variant, Verdict
 from .options import FIRST_USE_LIMIT_S, ISOLATIONS
 from .registry import module_file
 from .safetext import clean, clean_env, clean_tree
-from .storage import Journal, SCHEMA, SCHEMA_VERSION, new_run_id, report_json, report_paths, write_atomic
-from . import watchdog
-from .verdicts import assemble, end_summary, read_result, read_text
+from .storage import SCHEMA, SCHEMA_VERSION, Journal, new_run_id, report_json, report_paths, write_atomic
+from .verdicts import assemble, end_summary, outcome, read_result, read_text
 from .watchdog import TEARDOWN_WAIT_S, ChildEnd, supervise
-from .context import ProbeContext
-from .verdicts import outcome
 
 NO_BINARY = next(m for m, sig in BY_MEANING.items() if sig.id == "hip-no-binary-for-gpu")
 GPU_VISIBLE = "gpu-visible"  # the probe that fails when the host has GPUs that torch cannot use
@@ -239,7 +237,8 @@ class Runner:
         if self.opts.needs_torch and found and not torchapi.supported(found):
             choice = hostgpu.torch_choice(hostgpu.read())
             raise TorchMissing(f"torch {found} is older than rocmcheck supports (torch {torchapi.OLDEST} through the "
-                               f"newest), so nothing can be assessed; {choice.reason}: {choice.command(sys.executable)}")
+                               f"newest), so nothing can be assessed; {choice.reason}: "
+                               f"{choice.command(sys.executable)}")
 
     def resolve_device(self) -> None:
         """Ask a child for device facts, hold them against the host's own GPU inventory, then

@@ -3,10 +3,13 @@
 | status | decided by | where |
 |---|---|---|
 | pass, warn | the probe returned; warn when it called `ctx.warn` | `outcome` (in the child) |
-| skip | the probe raised `Skip` / called `ctx.skip`; or the runner never started it (unmet `requires`, torch cannot use the host's GPU, the device's canary failed) | `outcome`; `Runner._run_variant` |
+| skip | the probe raised `Skip` / called `ctx.skip`; or the runner never started it | `outcome`; |
+| | (unmet `requires`, torch cannot use the host's GPU, the device's canary failed) | `Runner._run_variant` |
 | fail | the probe raised `AssertionError` / `ProbeFailure` | `outcome` |
-| error | any other exception, `sys.exit()` or `KeyboardInterrupt` inside the probe; a child that exited 0 without a result | `outcome`; `no_result` |
-| crash | the child died by a signal, or exited non-zero without a result, or with the isolation server | `no_result`, `assemble` |
+| error | any other exception, `sys.exit()` or `KeyboardInterrupt` inside the probe; | `outcome`; `no_result` |
+| | a child that exited 0 without a result | |
+| crash | the child died by a signal, or exited non-zero without a result, | `no_result`, `assemble` |
+| | or with the isolation server | |
 | hang | the watchdog's deadline passed (probe timeout, startup or first-use limit) | `assemble` |
 
 The child writes `outcome`'s status into its result file; `assemble` (in the parent) turns

@@ -1,16 +1,16 @@
 """`torch.compile` with the default inductor backend against eager: output and gradients.
 
-Targets a compile stack that is missing or broken (Triton absent or built for another ROCm,
-LLVM "Cannot select intrinsic" aborts on gfx1032, no C compiler for the CPU backend) and
-kernels that compile but compute wrong (docs/failure-catalogue.md §10). A tiny MLP
-(Linear-Tanh-Linear) is compiled with `fullgraph=True, dynamic=False`, the cheapest
-configuration: one graph, static shapes, no recompiles. The first compiled forward (where
-Dynamo traces and inductor generates and builds its kernels) runs inside `ctx.first_use()`, so
-its compile time is `first_use_s`, out of the timeout; the backward's kernels are built in the
-first checked call, within the timeout; a second call checks the cached kernels. A compile failure is `error` naming the backend; output, input gradient
-and parameter gradients further from eager than fp32's tolerance (relative L2 error, TF32
-pinned off) are `fail`. Eager is the reference: the path under test is the compiled one, and
-the eager math itself is checked against numpy by `numerics` and `training`.
+Targets a compile stack that is missing or broken (Triton absent or built for another ROCm, LLVM
+"Cannot select intrinsic" aborts on gfx1032, no C compiler for the CPU backend) and kernels that
+compile but compute wrong (docs/failure-catalogue.md §10). A tiny MLP (Linear-Tanh-Linear) is
+compiled with `fullgraph=True, dynamic=False`, the cheapest configuration: one graph, static shapes,
+no recompiles. The first compiled forward (where Dynamo traces and inductor generates and builds its
+kernels) runs inside `ctx.first_use()`, so its compile time is `first_use_s`, out of the timeout;
+the backward's kernels are built in the first checked call, within the timeout; a second call checks
+the cached kernels. A compile failure is `error` naming the backend; output, input gradient and
+parameter gradients further from eager than fp32's tolerance (relative L2 error, TF32 pinned off)
+are `fail`. Eager is the reference: the path under test is the compiled one, and the eager math
+itself is checked against numpy by `numerics` and `training`.
 
 Cost on the project's 2-core CPU, cold inductor cache: about 25 s (imports 5 s, forward
 compile 14 s, backward 5 s); with the cache warm a few seconds. Full profile only.

@@ -10,8 +10,8 @@ import re
 import sys
 
 import rocmcheck
-from rocmcheck.hostgpu import gfx_from_kfd, gfx_from_override, gfx_major, gfx_version  # noqa: F401 - gfx_version: the tests
 from rocmcheck import torchapi
+from rocmcheck.hostgpu import gfx_from_kfd, gfx_from_override, gfx_major, gfx_version  # noqa: F401 - gfx_version: the tests
 
 CHECKS = ("hsa-override", "arch-in-wheel", "alloc-conf", "python-version", "tf32-override")
 
@@ -54,7 +54,8 @@ def check_hsa_override(facts):
         return [], [f"HSA_OVERRIDE_GFX_VERSION={value} names the GPU's own arch {wanted}: it does nothing, unset it"]
     arch_list = facts["arch_list"]
     if physical and all(a in arch_list for a in physical):
-        return [], [f"HSA_OVERRIDE_GFX_VERSION={value} is set although the wheel supports {', '.join(physical)} natively"]
+        return [], [f"HSA_OVERRIDE_GFX_VERSION={value} is set although the wheel supports {', '.join(physical)} "
+                    "natively"]
     return [], [f"HSA_OVERRIDE_GFX_VERSION={value} is set (AMD: meant for internal debugging, not a workaround)"]
 
 
@@ -74,8 +75,8 @@ def wheel_runs_on(arch, arch_list):
 
     CUDA, as the driver loads code: a cubin sm_XY runs on the same major with an equal or
     higher minor (an arch-specific sm_XYa and Tegra parts only on their own), and PTX
-    compute_XY is JIT-compiled for any device of capability XY or newer. ROCm: code objects are per ISA, so the bare gfx name must
-    be in the list (torch itself checks nothing on ROCm).
+    compute_XY is JIT-compiled for any device of capability XY or newer. ROCm: code objects are
+    per ISA, so the bare gfx name must be in the list (torch itself checks nothing on ROCm).
     """
     if not arch.startswith("sm_"):
         return arch in {a.split(":")[0] for a in arch_list}

@@ -33,7 +33,8 @@ def device_smoke(ctx):
     y = (x * 3 + 1).to("cpu").numpy()  # elementwise kernel
     ctx.synchronize()
     bad = np.flatnonzero(y != expected)
-    assert bad.size == 0, f"x*3+1 wrong at {bad.size} of {n} elements (first index {bad[0]}: {y[bad[0]]} != {expected[bad[0]]})"
+    assert bad.size == 0, (f"x*3+1 wrong at {bad.size} of {n} elements "
+                           f"(first index {bad[0]}: {y[bad[0]]} != {expected[bad[0]]})")
     total = int(x.to(torch.int64).sum().item())  # reduction kernel
     want = n * (n - 1) // 2
     assert total == want, f"sum of 0..{n - 1} is {total}, expected {want}"

@@ -175,7 +175,8 @@ def problems(trace: Trace, ref: Trace, data: Any, adapters: List[str], changed: 
     links=LINKS,
     timeout=300,
     gate=lambda p: p["placement"] == "accelerate" and p["activations"] == "stored",
-    variants={"placement": ["accelerate", "plain"], "precision": ["fp32", "bf16"], "activations": ["stored", "checkpointed"]},
+    variants={"placement": ["accelerate", "plain"], "precision": ["fp32", "bf16"],
+              "activations": ["stored", "checkpointed"]},
     # ~6 s of imports per child otherwise; a GPU initialised by them sends the run to spawn (zygote check)
     preload=("torch._dynamo", "accelerate", "peft", "transformers.models.llama.modeling_llama"),
 )

@@ -53,7 +53,8 @@ def chain(exc: Optional[BaseException]) -> Iterator[BaseException]:
 def torch_attribute_error(exc: BaseException) -> Optional[str]:
     """"module 'torch' has no attribute 'int1'" when the import failed on a missing torch name."""
     for link in chain(exc):
-        match = TORCH_ATTRIBUTE.search(str(link)) if isinstance(link, (AttributeError, ImportError, RuntimeError)) else None
+        readable = isinstance(link, (AttributeError, ImportError, RuntimeError))
+        match = TORCH_ATTRIBUTE.search(str(link)) if readable else None
         if match:
             return match.group(0)
     return None
@@ -72,7 +73,8 @@ def version(distribution: str) -> str:
     "library-imports",
     per_device=False,
     title="Each installed training library imported in its own child",
-    targets="module 'torch' has no attribute 'int1' (torchao/torchtune on torch < 2.6), extensions that crash at import",
+    targets="module 'torch' has no attribute 'int1' (torchao/torchtune on torch < 2.6), "
+            "extensions that crash at import",
     links=LINKS,
     timeout=120,
     gate=lambda p: p["library"] in ("torchao", "torchtune"),
@@ -93,5 +95,6 @@ def library_imports(ctx: rocmcheck.ProbeContext, library: str) -> dict:
         missing = torch_attribute_error(exc)
         if missing is None:
             raise
-        raise rocmcheck.ProbeFailure(f"import {library} failed: {missing} ({pair}): the library needs a newer torch") from exc
+        raise rocmcheck.ProbeFailure(f"import {library} failed: {missing} ({pair}): "
+                                     "the library needs a newer torch") from exc
     return {"imported": pair}

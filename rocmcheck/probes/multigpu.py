@@ -335,7 +335,8 @@ def run_check(name, torch, dist, device, rank, world):
     except rocmcheck.Skip as exc:
         return {"ok": True, "skipped": str(exc), "message": f"skipped: {exc}"}
     except Exception as exc:  # noqa: BLE001 - reported as this check's error
-        return {"ok": False, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return {"ok": False, "error": f"{type(exc).__name__}: {first}",
                 "message": f"raised {type(exc).__name__}: {exc}"}
 
 

@@ -1,13 +1,14 @@
 """Training smoke: a small transformer trained a few steps on the device and, from the same
 weights and data, in float64 on the CPU.
 
-Targets training that silently goes wrong: zero or NaN gradients, a loss that does not fall,
-results far from the CPU's (the seeds' 2.9M-parameter model and bf16 zeros; docs/failure-catalogue.md
-§2, §9). The model is a causal transformer (embedding 256, 8 heads, feed-forward 512, 4 layers,
-2.4M parameters, like the seeds') trained with AdamW on one fixed batch; on `--device cpu`,
-where the run is a self-test of the checks, it shrinks to 0.1M parameters (`params` says so). Variants: plain, gradient checkpointing,
-bf16 autocast, fp16 autocast with GradScaler, and LoRA through `peft` when it is installed
-(adapters must train while the base weights stay bit-for-bit frozen; otherwise `skip`).
+Targets training that silently goes wrong: zero or NaN gradients, a loss that does not fall, results
+far from the CPU's (the seeds' 2.9M-parameter model and bf16 zeros; docs/failure-catalogue.md §2,
+§9). The model is a causal transformer (embedding 256, 8 heads, feed-forward 512, 4 layers, 2.4M
+parameters, like the seeds') trained with AdamW on one fixed batch; on `--device cpu`, where the run
+is a self-test of the checks, it shrinks to 0.1M parameters (`params` says so). Variants: plain,
+gradient checkpointing, bf16 autocast, fp16 autocast with GradScaler, and LoRA through `peft` when
+it is installed (adapters must train while the base weights stay bit-for-bit frozen; otherwise
+`skip`).
 
 Checks on the device run alone: every loss and every gradient finite (a step GradScaler skips
 for overflow is allowed, not most of them), every trainable tensor gets a non-zero gradient in
@@ -31,7 +32,6 @@ from typing import Any, Dict, List, Optional
 
 import rocmcheck
 from rocmcheck import compare, torchapi
-
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,8 @@ def training(ctx: rocmcheck.ProbeContext, mode: str) -> None:
                 skipped_steps=trace.skipped, **result)
     problems = self_checks(trace, steps)
     if result["loss_rel_diff"] > loss_tol:
-        problems.append(f"loss differs from the CPU float64 run by {result['loss_rel_diff']:.3g} (tolerance {loss_tol:g})")
+        problems.append(f"loss differs from the CPU float64 run by {result['loss_rel_diff']:.3g} "
+                        f"(tolerance {loss_tol:g})")
     if not result["grad_rel_err"] <= grad_tol:
         problems.append(f"first-step gradients differ from the CPU float64 run by {result['grad_rel_err']:.3g} "
                         f"(relative L2, tolerance {grad_tol:g})")

@@ -118,7 +118,8 @@ def cgroup_free_bytes(root: Path) -> Optional[int]:
         if controllers == "":
             base, limit_file, usage_file = root / "sys/fs/cgroup", "memory.max", "memory.current"
         elif "memory" in controllers.split(","):
-            base, limit_file, usage_file = root / "sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes"
+            base = root / "sys/fs/cgroup/memory"
+            limit_file, usage_file = "memory.limit_in_bytes", "memory.usage_in_bytes"
         else:
             continue
         group = base / path.strip("/")
