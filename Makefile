@@ -17,7 +17,9 @@ TORCH_NO_GPU ?= torch==2.13.0
 # TORCH_NO_GPU_INDEX=https://download.pytorch.org/whl/cpu takes PyTorch's CPU-only wheels, not PyPI's CUDA ones
 TORCH_NO_GPU_INDEX ?=
 PYTEST_ARGS ?=
-# pytest-xdist workers; loadscope keeps each module's shared fixtures (a venv, a recorded run) in one worker
+# pytest-xdist workers; loadscope keeps each module's shared fixtures (a venv, a recorded run) in one worker.
+# --max-worker-restart=0: a worker that dies ends the run at once, naming its test (with loadscope, a
+# replaced worker was seen to leave the run waiting forever)
 PYTEST_WORKERS ?= 2
 BIN := $(VENV)/bin
 
@@ -41,7 +43,7 @@ gate: $(VENV)/.installed
 	$(BIN)/rocmcheck gate
 
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --max-worker-restart=0 $(PYTEST_ARGS)
 
 # the whole gate on two simulated GPUs (rocmcheck/simgpu, built on first use): 24 s on an idle 2-core machine; CI, short of time,
 # runs the fault tests and a narrowed gate (tests/test_simgpu.py)
