@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from conftest import by_variant, run_probes
 
@@ -67,11 +68,16 @@ def test_a_checks_exception_is_its_result_and_the_others_still_run(monkeypatch):
 
 def test_a_ranks_own_failure_reaches_the_verdict(tmp_path, monkeypatch):
     """Before: 'rank 0 exited with 1 without a result', the rank's exception lost."""
+    import torch.distributed  # noqa: F401 - imported before the rank's 0.5 s deadline starts
+
     from rocmcheck.probes import multigpu
 
     for name in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     result = tmp_path / "0.json"
-    assert multigpu.rank_entry(["--backend", "gloo", "--timeout", "5", "--result", str(result)]) == 1
+    assert multigpu.rank_entry(["--backend", "gloo", "--timeout", "0.5", "--result", str(result)]) == 1
     assert json.loads(result.read_text())["error"] == "KeyError: 'RANK'"
     assert not os.environ.get("RANK")
+    # the rank's deadline (faulthandler's exit=True timer) is off: before, it ended this very process
+    # 5 s later, in the middle of whatever test ran next (pytest-xdist: "node down")
+    time.sleep(1.0)

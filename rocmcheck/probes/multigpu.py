@@ -352,11 +352,14 @@ def write_result(path, record):
 
 def rank_entry(argv):
     """rank_main, with an exception before any check (the process group's init) in the result, not lost."""
+    import faulthandler
+
     try:
         return rank_main(argv)
     except Exception as exc:  # noqa: BLE001 - the rank's own failure, for the probe's verdict
         import traceback
 
+        faulthandler.cancel_dump_traceback_later()  # the rank's own deadline: it has its answer
         traceback.print_exc()
         result = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--result"), None)
         write_result(result, {"rank": int(os.environ.get("RANK", -1)), "error": f"{type(exc).__name__}: {exc}"})
