@@ -120,9 +120,8 @@ def require(name: str) -> Any:
 
 # --- scaled dot-product attention ---------------------------------------------------------------
 
-# SDPBackend member (torch >= 2.3) -> keyword of the older torch.backends.cuda.sdp_kernel
-_SDP_FLAGS = {"MATH": "enable_math", "FLASH_ATTENTION": "enable_flash", "EFFICIENT_ATTENTION": "enable_mem_efficient",
-              "CUDNN_ATTENTION": "enable_cudnn"}
+# SDPBackend member -> keyword of torch.backends.cuda.sdp_kernel, which has no cuDNN backend
+_SDP_FLAGS = {"MATH": "enable_math", "FLASH_ATTENTION": "enable_flash", "EFFICIENT_ATTENTION": "enable_mem_efficient"}
 
 
 def sdpa_kernel(backends: Iterable[str]) -> contextlib.AbstractContextManager:
@@ -144,10 +143,11 @@ def sdpa_kernel(backends: Iterable[str]) -> contextlib.AbstractContextManager:
             raise Skip(f"torch {torch.__version__} has no SDPBackend.{absent[0]}")
         return kernel([getattr(SDPBackend, n) for n in names])
     legacy = require("torch.backends.cuda.sdp_kernel")
-    if any(n not in _SDP_FLAGS or (n == "CUDNN_ATTENTION") for n in names):
-        raise Skip(f"torch {torch.__version__} cannot force SDPBackend.{names[0]} "
+    unknown = [n for n in names if n not in _SDP_FLAGS]
+    if unknown:
+        raise Skip(f"torch {torch.__version__} cannot force SDPBackend.{unknown[0]} "
                    f"(torch.nn.attention.sdpa_kernel arrived in torch {since('torch.nn.attention.sdpa_kernel')})")
-    flags = {flag: backend in names for backend, flag in _SDP_FLAGS.items() if backend != "CUDNN_ATTENTION"}
+    flags = {flag: backend in names for backend, flag in _SDP_FLAGS.items()}
     return legacy(**flags)
 
 
@@ -320,14 +320,6 @@ def memory_info(device: Any) -> Tuple[int, int]:
     if _accelerator("get_memory_info"):
         return tuple(torch.accelerator.get_memory_info(torch.device(device).index))
     return torch.cuda.mem_get_info(torch.device(device))
-
-
-def memory_counters(device: Any) -> Dict[str, int]:
-    """The allocator's allocated and reserved bytes on `device`."""
-    torch = _torch()
-    index = torch.device(device).index
-    source = torch.accelerator if _accelerator("memory_allocated") else torch.cuda
-    return {"allocated": int(source.memory_allocated(index)), "reserved": int(source.memory_reserved(index))}
 
 
 def device_properties(device: Any) -> Any:

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any, Iterator, Optional
 
+from .. import torchapi
 from ..errors import UsageError
 
 NAME = "simgpu"
@@ -86,9 +87,7 @@ def build() -> ModuleType:
         return _ext
     import torch  # (the extension links against the loaded torch)
 
-    version: str = torch.__version__
-    found = tuple(int("".join(c for c in part if c.isdigit()) or 0) for part in version.split(".")[:2])
-    if found < MIN_TORCH:
+    if torchapi.version_tuple(torch.__version__) < MIN_TORCH:
         raise UsageError(f"simulated GPUs need torch {'.'.join(map(str, MIN_TORCH))} or newer; this is torch "
                          f"{torch.__version__} (the GPU half of the probes still runs on a real GPU here)")
     folder = cache_dir()
@@ -152,20 +151,10 @@ class _DeviceModule(ModuleType):
         return torch.Event(device=self._device(), enable_timing=enable_timing)
 
     def current_stream(self, device: Any = None) -> Any:
-        import torch
+        return torchapi.current_stream(self._device(device))
 
-        return torch.accelerator.current_stream(self._device(device).index)
-
-    @contextlib.contextmanager
-    def stream(self, stream: Any) -> Iterator[None]:
-        import torch
-
-        before = torch.accelerator.current_stream(stream.device_index)
-        torch.accelerator.set_stream(stream)
-        try:
-            yield
-        finally:
-            torch.accelerator.set_stream(before)
+    def stream(self, stream: Any) -> Any:
+        return torchapi.use_stream(stream)
 
     def synchronize(self, device: Any = None) -> None:
         """Work on the simulated device is done when it is queued."""
