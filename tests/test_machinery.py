@@ -149,10 +149,17 @@ def test_standby_killed_as_its_task_is_handed_over_runs_the_task_again(tmp_path,
     real, killed = SpawnLauncher._hand_over, []
 
     def hand_over_then_kill(child, task_path):  # the first hand-over after start() is to the standby
+        if killed:
+            return real(child, task_path)
+        # stopped while the task is handed over, so the signal lands before it can read the task: a
+        # standby that ran on and wrote its start marker first made this a (correct) crash under load
+        os.kill(child.pid, signal.SIGSTOP)
+        while psutil.Process(child.pid).status() != psutil.STATUS_STOPPED:
+            time.sleep(0.001)
         handed = real(child, task_path)
-        if handed and not killed:
-            os.kill(child.pid, getattr(signal, sig))
-            killed.append(child.pid)
+        os.kill(child.pid, getattr(signal, sig))
+        os.kill(child.pid, signal.SIGCONT)  # a pending SIGSEGV is delivered before it runs a line
+        killed.append(child.pid)
         return handed
 
     runner = Runner(RunOptions(device="cpu", isolation="spawn", probes_paths=[FAKE], out_dir=tmp_path),
