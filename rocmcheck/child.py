@@ -1,10 +1,13 @@
-"""The probe's side of isolation: runs one task and leaves a result file.
+"""The probe's side of isolation: runs tasks and leaves a result file for each.
 
 The same code runs in a child forked from the zygote and in a freshly spawned
 interpreter (`python -m rocmcheck.child`). Its stdin is a "lifeline" pipe whose
 write end only the parent holds: when the parent dies, the child kills its own
-process group, so no orphan survives. The result is written atomically; a child
-that dies without one can never be taken for `pass`.
+process group, so no orphan survives. Each line on the lifeline is the path of a task
+(`rocmcheck.task.Task`). A child runs one task and exits, or, as a worker
+(`Task.keep_alive`), initialises the GPU runtime once and runs its device's tasks one after
+another, putting back what each probe changed in the process (`rocmcheck.probe_state`).
+The result is written atomically; a child that dies without one can never be taken for `pass`.
 """
 from __future__ import annotations
 
@@ -12,19 +15,21 @@ import faulthandler
 import importlib
 import json
 import os
+import queue
 import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, TextIO
 
 from . import faults, registry, torchapi
+from .capture import TASK_END
 from .context import ProbeContext
 from .jsonsafe import jsonsafe
 from .launch import CHILD_PATHS_ENV, CHILD_PRELOAD_ENV
-from .model import Status
-from .verdicts import error_fields, first_line, outcome
+from .probe_state import ProcessState
+from .task import Task
+from .verdicts import harness_failed, outcome, probe_not_found, runtime_init_failed
 
 _stack_file: Optional[TextIO] = None  # faulthandler needs the file kept open
 
@@ -32,7 +37,7 @@ _stack_file: Optional[TextIO] = None  # faulthandler needs the file kept open
 def watch_lifeline(fd: int = 0, on_line: Optional[Callable[[str], None]] = None) -> None:
     """Kill our whole process group when the parent's end of the lifeline closes.
 
-    The first line written on the lifeline (a spawned child's task path) goes to `on_line`.
+    Every line written on the lifeline (the path of a task) goes to `on_line`.
     """
 
     def wait_for_eof() -> None:
@@ -42,10 +47,11 @@ def watch_lifeline(fd: int = 0, on_line: Optional[Callable[[str], None]] = None)
                 data = os.read(fd, 4096)
                 if not data:
                     break
-                if on_line is not None and b"\n" not in buffer:
-                    buffer += data
-                    if b"\n" in buffer:
-                        on_line(buffer.split(b"\n", 1)[0].decode())
+                buffer += data
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if on_line is not None:
+                        on_line(line.decode())
         except OSError:
             pass
         if hasattr(os, "killpg"):
@@ -56,14 +62,17 @@ def watch_lifeline(fd: int = 0, on_line: Optional[Callable[[str], None]] = None)
 
 
 def arm_stack_dumps(path: str, timeout: float) -> None:
-    """Fatal signals and the parent's SIGUSR1 dump every thread's Python stack to `path`."""
+    """Fatal signals and the parent's SIGUSR1 dump every thread's Python stack to `path` (the
+    current task's: a worker re-arms them for each task)."""
     global _stack_file
-    _stack_file = open(path, "w")
+    previous, _stack_file = _stack_file, open(path, "w")
     faulthandler.enable(file=_stack_file, all_threads=True)
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True, chain=False)
     else:  # Windows: no signal to ask with, so dump shortly before the watchdog fires
         faulthandler.dump_traceback_later(max(timeout - 0.5, 0.1), exit=False, file=_stack_file)
+    if previous is not None:
+        previous.close()
 
 
 def runtime_init(device: str) -> None:
@@ -80,32 +89,45 @@ def runtime_init(device: str) -> None:
     torchapi.init_device(device)
 
 
-def run_probe(task: Dict[str, Any]) -> Dict[str, Any]:
-    """Load, inject, initialise and run the task's probe; classify the outcome."""
-    registry.load_all(task.get("probes_paths", []))
-    spec = registry.get(task["probe"])
+class Worker:
+    """This process's runtime and settings: initialised by the first task, kept for the next."""
+
+    def __init__(self) -> None:
+        self.device: Optional[str] = None  # the device whose runtime is up
+        self.state: Optional[ProcessState] = None  # the settings as the first probe found them
+        self.tasks = 0
+        self.probes_paths: Optional[List[str]] = None  # loaded already
+
+
+def run_probe(task: Task, worker: Worker) -> Dict[str, Any]:
+    """Load, inject, initialise (the first task only) and run the task's probe; classify the outcome."""
+    if worker.probes_paths != task.probes_paths:  # a worker's tasks share them: loaded once
+        registry.load_all(task.probes_paths)
+        worker.probes_paths = task.probes_paths
+    spec = registry.get(task.probe)
     if spec is None:
-        return {"status": Status.ERROR.value, "message": f"probe '{task['probe']}' not found in the child"}
-    requests = faults.parse(task.get("faults", ""))
-    installed = faults.install(requests, spec.id, in_probe=False)
-    init_start = time.perf_counter()
-    try:
-        runtime_init(task["device"])
-    except Exception as exc:
-        return {"status": Status.ERROR.value, "message": f"GPU runtime init failed: {first_line(exc)}",
-                "gpu_init_failed": True, "exception": error_fields(exc)}
-    runtime_init_s = time.perf_counter() - init_start
-    Path(task["started_path"]).touch()  # the probe's timeout runs from here, runtime init left out
-    ctx = ProbeContext(device=task["device"], requested_device=task.get("device_requested", "auto"),
-                       profile=task.get("profile", "full"),
-                       params=dict(task.get("params", {})), timeout=float(task.get("timeout", 60)),
-                       device_facts=dict(task.get("device_facts") or {}), expect_gpus=task.get("expect_gpus"),
-                       started_path=task["started_path"])
-    result: Dict[str, Any] = {"faults_installed": installed, "runtime_init_s": runtime_init_s}
+        return probe_not_found(task.probe)
+    requests = faults.parse(task.faults)
+    result: Dict[str, Any] = {"faults_installed": [], "worker_task": worker.tasks}
+    if worker.device is None:  # faults that patch torch, then the runtime: once per process
+        result["faults_installed"] = faults.install(requests, spec.id, in_probe=False)
+        init_start = time.perf_counter()
+        try:
+            runtime_init(task.device)
+        except Exception as exc:
+            return {**result, **runtime_init_failed(exc)}
+        result["runtime_init_s"] = time.perf_counter() - init_start
+        worker.device = task.device
+        if task.keep_alive:
+            worker.state = ProcessState()
+    task.files.mark_started()  # the probe's timeout runs from here, runtime init left out
+    ctx = ProbeContext(device=task.device, requested_device=task.device_requested, profile=task.profile,
+                       params=dict(task.params), timeout=task.timeout, device_facts=dict(task.device_facts),
+                       expect_gpus=task.expect_gpus, files=task.files)
     start = time.perf_counter()
     ended: Optional[BaseException] = None
     try:
-        installed += faults.install(requests, spec.id, in_probe=True)  # a hang or crash the probe meets
+        result["faults_installed"] += faults.install(requests, spec.id, in_probe=True)  # a hang or crash it meets
         returned = spec.func(ctx, **ctx.params)
         ctx.synchronize()
         if isinstance(returned, dict):
@@ -117,26 +139,31 @@ def run_probe(task: Dict[str, Any]) -> Dict[str, Any]:
     result["probe_s"] = time.perf_counter() - start
     result["measurements"] = ctx.measurements
     result["warnings"] = ctx.warnings
+    if worker.state is not None:  # put back what the probe changed, before the next task
+        try:
+            result["state_put_back"] = worker.state.restore(task.device)
+        except Exception as exc:  # noqa: BLE001 - the worker cannot go on; the parent ends it
+            result["retire"] = f"{type(exc).__name__}: {exc}"
     return result
 
 
-def run_call(task: Dict[str, Any]) -> Dict[str, Any]:
+def run_call(task: Task) -> Dict[str, Any]:
     """Internal tasks (device facts for the fingerprint): `module:function` returning a dict."""
-    module, _, name = task["call"].partition(":")
-    faults.install(faults.parse(task.get("faults", "")), name, facts_only=True)
+    module, _, name = task.call.partition(":")
+    faults.install(faults.parse(task.faults), name, facts_only=True)
     data = getattr(importlib.import_module(module), name)(task)
-    return {"status": Status.PASS.value, "message": "ok", "data": data}
+    return {"status": "pass", "message": "ok", "data": data}
 
 
-def device_canary(task: Dict[str, Any]) -> Dict[str, Any]:
+def device_canary(task: Task) -> Dict[str, Any]:
     """A tiny kernel on the task's device after a hang: whether the device still computes."""
-    faults.install(faults.parse(task.get("faults", "")), task["probe"])
-    runtime_init(task["device"])
+    faults.install(faults.parse(task.faults), task.probe)
+    runtime_init(task.device)
     import torch
 
-    got = (torch.arange(1024, dtype=torch.float32).to(task["device"]) * 2).sum().item()
-    if task["device"] != "cpu":
-        torchapi.synchronize(task["device"])
+    got = (torch.arange(1024, dtype=torch.float32).to(task.device) * 2).sum().item()
+    if task.device != "cpu":
+        torchapi.synchronize(task.device)
     expected = 1023 * 1024.0
     problem = {} if got == expected else {"problem": f"2*sum(0..1023) = {got}, not {expected}"}
     return {"ok": got == expected, **problem}
@@ -146,25 +173,31 @@ def write_result(path: str, result: Dict[str, Any]) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(jsonsafe(result), fh, allow_nan=False)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    os.replace(tmp, path)  # atomic for the parent; no fsync: a scratch file outlives no power loss (5 ms a task)
 
 
-def execute(task: Dict[str, Any]) -> None:
-    """Everything a child does once it has its task; never returns normally."""
-    os.environ.update(task.get("env", {}))
-    arm_stack_dumps(task["stack_path"], float(task.get("timeout", 60)))
-    if task.get("call"):
-        Path(task["started_path"]).touch()  # internal tasks: the timeout runs from here (probes: after init)
-    try:
-        result = run_call(task) if task.get("call") else run_probe(task)
-    except BaseException as exc:  # noqa: BLE001 - harness failure inside the child: still a result
-        result = {"status": Status.ERROR.value, "message": f"rocmcheck child failed: {first_line(exc)}",
-                  "exception": error_fields(exc)}
-    write_result(task["result_path"], result)
-    sys.stdout.flush()
-    sys.stderr.flush()
+def execute(task: Task, next_task: Callable[[], str]) -> None:
+    """Everything a child does once it has its first task; never returns normally. A worker's
+    task (`keep_alive`) is followed by the next path `next_task()` gives; any other task, or
+    one after which the worker cannot go on, ends the process."""
+    worker = Worker()
+    while True:
+        arm_stack_dumps(task.files.stack, task.timeout)
+        if task.call:
+            task.files.mark_started()  # internal tasks: the timeout runs from here (probes: after init)
+        try:
+            result = run_call(task) if task.call else run_probe(task, worker)
+        except BaseException as exc:  # noqa: BLE001 - harness failure inside the child: still a result
+            result = harness_failed(exc)
+        worker.tasks += 1
+        write_result(task.files.result, result)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        go_on = task.keep_alive and worker.device is not None and "retire" not in result
+        if not go_on:
+            break
+        os.write(1, TASK_END)  # after the result: the parent cuts this task's output here
+        task = Task.load(next_task())
     os._exit(0)  # skip interpreter teardown: a wedged runtime must not turn a verdict into a hang
 
 
@@ -182,14 +215,11 @@ def preload_from_env() -> None:
 
 def main() -> None:
     """Spawned child: watch the lifeline from the first moment (a parent that dies while
-    we import torch must not leave us behind), preload, then run the task it names."""
-    task_path: List[str] = []
-    got_task = threading.Event()
-    watch_lifeline(0, on_line=lambda line: (task_path.append(line.strip()), got_task.set()))
+    we import torch must not leave us behind), preload, then run the tasks it names."""
+    paths: "queue.Queue[str]" = queue.Queue()
+    watch_lifeline(0, on_line=lambda line: paths.put(line.strip()))
     preload_from_env()
-    got_task.wait()
-    with open(task_path[0], encoding="utf-8") as fh:
-        execute(json.load(fh))
+    execute(Task.load(paths.get()), paths.get)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ from typing import Any, Dict, Iterator, List, NoReturn, Optional
 
 from . import torchapi
 from .errors import Skip
+from .markers import TaskFiles
 
-FIRST_USE_SUFFIX = ".first-use"  # beside the watchdog's start marker while a probe is in `first_use()`
 TF32_OVERRIDE_ENV = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
 
 
@@ -59,7 +59,7 @@ class ProbeContext:
     warnings: List[str] = field(default_factory=list)
     device_facts: Dict[str, Any] = field(default_factory=dict)
     expect_gpus: Optional[int] = None  # the GPU count a node must show (`--expect-gpus`)
-    started_path: Optional[str] = None  # the watchdog's start marker (None outside a child)
+    files: Optional[TaskFiles] = None  # the task's files, whose markers the watchdog reads (None outside a child)
     baseline: Any = None  # what the probe's `baseline()` read before the run's first probe (host_only probes)
     started: float = field(default_factory=time.time)  # wall clock when the task started: deadlines run from here
 
@@ -101,18 +101,16 @@ class ProbeContext:
         by default, bounded by its own limit (--first-use-timeout, 120 s) instead of the
         probe's timeout; an explicit --timeout bounds it too."""
         began = time.time()
-        if self.started_path:
-            open(self.started_path + FIRST_USE_SUFFIX, "w").close()
+        if self.files:
+            self.files.enter_first_use()
         try:
             yield
             self.synchronize()
         finally:
             spent = time.time() - began
             self.measurements["first_use_s"] = round(self.measurements.get("first_use_s", 0.0) + spent, 4)
-            if self.started_path:  # move the start forward by the time spent, then leave first use
-                mark = os.stat(self.started_path).st_mtime + spent
-                os.utime(self.started_path, (mark, mark))
-                os.unlink(self.started_path + FIRST_USE_SUFFIX)
+            if self.files:
+                self.files.leave_first_use(spent)
 
     def strict_fp32(self) -> None:
         """Pin full-precision fp32 (`pin_fp32`) for this probe; the flags read back are measured,

@@ -321,8 +321,7 @@ class Doctor:
     def _attempt(self, case: Case, variant: Variant, env: Dict[str, str], label: str,
                  tally: Tally) -> Optional[Verdict]:
         """One run within the budget; None (and `tally.stopped`) when the budget does not cover it."""
-        fresh = bool(env or variant.env() or self.runner.opts.env or variant.spec.fresh_interpreter
-                     or self.runner.isolation == "spawn")
+        fresh = self.runner.isolation.fresh_interpreter({**variant.env(), **env}, variant.spec.fresh_interpreter)
         left = self.deadline - time.monotonic()
         if left < case.longest + self.overhead[fresh]:
             tally.stopped = "budget"

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set
+from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Set
 
 import psutil
 
@@ -73,6 +73,17 @@ class ChildProcess:
             self.lost = _ended(self.handle, timeout)
         return code
 
+    def hand_over(self, task_path: str) -> bool:
+        """Write a task's path on the lifeline (a spawned child's first task, a worker's next);
+        False when the child is gone."""
+        try:
+            if self.popen is None or self.popen.poll() is None:
+                os.write(self.lifeline_fd, task_path.encode() + b"\n")
+                return True
+        except OSError:  # BrokenPipeError: it died
+            pass
+        return False
+
     def close_lifeline(self) -> None:
         if self.lifeline_fd >= 0:
             os.close(self.lifeline_fd)
@@ -91,6 +102,18 @@ def new_token() -> str:
 
 def pids_now() -> Set[int]:
     return set(psutil.pids())
+
+
+class Launcher(Protocol):
+    """What starts a child for a task: `SpawnLauncher` (a fresh interpreter) or
+    `rocmcheck.zygote.ZygoteLauncher` (a fork of a server that imported torch)."""
+
+    name: str
+    dead: bool  # the server died (a zygote); a spawn launcher never is
+
+    def launch(self, task_path: str, env: Dict[str, str]) -> ChildProcess: ...
+
+    def close(self) -> None: ...
 
 
 class IsolationServerDied(RuntimeError):
@@ -124,6 +147,7 @@ class SpawnLauncher:
     """A fresh interpreter per task; while one runs, the next is already importing torch."""
 
     name = "spawn"
+    dead = False  # no server to lose
 
     def __init__(self, probes_paths: List[str], prestart: bool = (os.cpu_count() or 1) > 1,
                  preload: List[str] = (), on_note: Callable[[str], None] = lambda text: None):
@@ -179,15 +203,9 @@ class SpawnLauncher:
 
     @staticmethod
     def _hand_over(child: ChildProcess, task_path: str) -> bool:
-        """Write the task path on the child's lifeline; False if the child is dead."""
+        """Give the child its first task; False if the child is dead."""
         child.before = pids_now()
-        try:
-            if child.popen.poll() is None:
-                os.write(child.lifeline_fd, task_path.encode() + b"\n")
-                return True
-        except BrokenPipeError:
-            pass
-        return False
+        return child.hand_over(task_path)
 
     @staticmethod
     def _retire(child: ChildProcess) -> None:

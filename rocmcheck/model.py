@@ -149,6 +149,8 @@ class ProbeSpec:
     requires: Requires = Requires()
     variants: Tuple[Mapping[str, Any], ...] = ({},)
     fresh_interpreter: bool = False  # needs env set before `import torch` (allocator settings)
+    # changes process state a worker cannot put back (process groups, compile caches, threads): never in a worker
+    own_child: bool = False
     env: Optional[Callable[[Mapping[str, Any]], Mapping[str, str]]] = field(default=None, compare=False)
     preload: Tuple[str, ...] = ()  # modules worth importing once in the zygote (e.g. torch._dynamo)
     per_device: bool = True  # run once on every GPU under test; False: once per node (own device set)

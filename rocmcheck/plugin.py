@@ -276,7 +276,7 @@ class MatrixPlugin:
         arch = f", arch {dev.arch}" if dev.arch else ""
         return (f"rocmcheck: device {dev.name} (backend {dev.backend}{arch}), {count} probe variant"
                 f"{'s' if count != 1 else ''}, "
-                f"isolation {runner.isolation}, profile {runner.opts.profile}")
+                f"isolation {runner.isolation.mode}, profile {runner.opts.profile}")
 
     # running
 

@@ -34,6 +34,7 @@ def probe(
     requires: Union[Requires, Mapping[str, Any], None] = None,
     variants: Union[None, Mapping[str, Sequence[Any]], Sequence[Mapping[str, Any]]] = None,
     fresh_interpreter: bool = False,
+    own_child: bool = False,
     env: Optional[Callable[[Mapping[str, Any]], Mapping[str, str]]] = None,
     preload: Sequence[str] = (),
     per_device: bool = True,
@@ -48,6 +49,10 @@ def probe(
     (cartesian product); `gate` is a bool or a predicate over a variant's parameters.
     `env(params)` returns variables set in that variant's child before it imports torch
     (the child is then a fresh interpreter); they are recorded in the verdict.
+    Variants run one after another in a worker child per device, which puts back the settings a
+    probe may change (`rocmcheck.probe_state`); `own_child=True` gives each variant a child of
+    its own instead, for a probe that changes what cannot be put back (a process group, a
+    compile cache, threads), as `fresh_interpreter` and `env` do.
     `preload` names modules the zygote imports once when this probe is selected (an import
     that every child would otherwise pay for, like `torch._dynamo` before an optimizer step).
     `per_device=False` runs the probe once per node instead of once on every GPU under test
@@ -64,7 +69,7 @@ def probe(
         spec = ProbeSpec(
             id=id, title=title, targets=targets, func=func, module=func.__module__,
             links=tuple(links), timeout=float(timeout), gate=gate, requires=req,
-            variants=expand_variants(variants), fresh_interpreter=fresh_interpreter, env=env,
+            variants=expand_variants(variants), fresh_interpreter=fresh_interpreter, own_child=own_child, env=env,
             preload=tuple(preload), per_device=per_device, host_only=host_only, baseline=baseline,
         )
         existing = _REGISTRY.get(id)

@@ -7,9 +7,7 @@ with a partial report that names the interrupted probe.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
-import json
 import os
 import shutil
 import signal
@@ -19,20 +17,20 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
-from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry, torchapi, watchdog
+from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry, torchapi
 from .context import ProbeContext
 from .errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from .exitcodes import BY_MEANING, signatures
-from .launch import ChildProcess, IsolationServerDied, SpawnLauncher
+from .isolation import Isolation
 from .model import DeviceInfo, Status, Variant, Verdict
 from .options import FIRST_USE_LIMIT_S, ISOLATIONS
-from .registry import module_file
 from .safetext import clean, clean_env, clean_tree
 from .storage import SCHEMA, SCHEMA_VERSION, Journal, new_run_id, report_json, report_paths, write_atomic
-from .verdicts import assemble, end_summary, outcome, read_result, read_text
-from .watchdog import TEARDOWN_WAIT_S, ChildEnd, supervise
+from .task import Task
+from .verdicts import assemble, confirmed, end_summary, outcome, read_result, read_text
+from .watchdog import TEARDOWN_WAIT_S, ChildEnd
 
 NO_BINARY = next(m for m, sig in BY_MEANING.items() if sig.id == "hip-no-binary-for-gpu")
 GPU_VISIBLE = "gpu-visible"  # the probe that fails when the host has GPUs that torch cannot use
@@ -102,8 +100,8 @@ class Runner:
         self.tmp = scratch_dir()
         self.notes: List[str] = []
         self.verdicts: List[Verdict] = []
-        self.isolation = options.isolation
-        self.launcher: Any = None
+        self.isolation = Isolation(options.isolation, options.probes_paths, options.preload, options.env,
+                                   options.inject, options.teardown_wait, self.note)
         self.device = DeviceInfo()  # the first (or only) device under test
         self.devices: List[DeviceInfo] = [self.device]  # every device under test, one queue each
         self.facts: Dict[str, Any] = {}
@@ -116,8 +114,7 @@ class Runner:
         self.current: Optional[str] = None  # what runs now, named in the report if interrupted
         self.baselines: Dict[str, Any] = {}  # probe id -> what its baseline() read before the first probe
         self._seq = 0
-        self._lock = threading.Lock()  # per-device queues share the journal, the launcher and the counters
-        self._running: Dict[str, Any] = {}  # device -> (variant id, child) while a child runs there
+        self._lock = threading.Lock()  # per-device queues share the journal and the counters
         self.started_at = time.time()
 
     # --- files -------------------------------------------------------------------------
@@ -137,97 +134,22 @@ class Runner:
         why = self.unwritten[kind] = f"{path}: {exc.strerror or exc}"
         return why
 
-    # --- launching ---------------------------------------------------------------------
+    # --- tasks ---------------------------------------------------------------------------
 
-    def _start_launcher(self) -> None:
-        paths = [str(p) for p in self.opts.probes_paths]
-        if self.isolation == "zygote":
-            from .zygote import ZygoteLauncher
-
-            with interrupts_deferred():  # once started, the server is ours to close, whenever SIGTERM comes
-                self.launcher = zygote = ZygoteLauncher(paths, self.opts.preload)
-            info = zygote.wait_ready()
-            if info.get("ok"):
-                return
-            zygote.close()
-            self.isolation = "spawn"
-            self.note(f"zygote unusable ({info.get('reason')}); using spawn isolation")
-        self.launcher = self._spawn_launcher()
-
-    def _spawn_launcher(self, **kwargs: Any) -> SpawnLauncher:
-        return SpawnLauncher([str(p) for p in self.opts.probes_paths], preload=self.opts.preload, on_note=self.note,
-                             **kwargs)
-
-    def fall_back_to_spawn(self, why: str) -> None:
-        """A forked child could not initialise the GPU, or the zygote died: fresh interpreters from now on."""
-        self.launcher.close()
-        self.isolation = "spawn"
-        self.launcher = self._spawn_launcher()
-        self.note(f"fell back to spawn isolation: {why}")
-
-    def _check_server(self, when: str) -> None:
-        """The zygote died (the OOM killer picks by size, and it holds torch): say so, go on with spawn."""
-        with self._lock:  # several queues may see the death at once: one fallback
-            if self.isolation == "zygote" and self.launcher.dead:
-                self.fall_back_to_spawn(f"the isolation server died {when} ({self.launcher.death()})")
-
-    def _task(self, **fields: Any) -> Dict[str, Any]:
+    def _task(self, **fields: Any) -> Task:
         with self._lock:
             self._seq += 1
-            base = self.tmp / f"{self._seq:04d}"
-        return {"result_path": f"{base}.result.json", "stack_path": f"{base}.stack",
-                "started_path": f"{base}.started",
-                "probes_paths": [str(p) for p in self.opts.probes_paths], "faults": self.opts.inject, **fields}
+            prefix = str(self.tmp / f"{self._seq:04d}")
+        return Task(prefix=prefix, probes_paths=[str(p) for p in self.opts.probes_paths], faults=self.opts.inject,
+                    **fields)
 
-    def _launch(self, task: Dict[str, Any], env: Dict[str, str], fresh: bool) -> ChildEnd:
-        task_path = Path(task["result_path"]).with_suffix(".task")
-        task_path.write_text(json.dumps(task), encoding="utf-8")
-        env = {**self.opts.env, **env}
-        what = task.get("probe") or task["call"]
-        self._check_server(f"before {what}")
-        launcher = self.launcher
-        if (fresh or env) and self.isolation == "zygote":
-            launcher = self._spawn_launcher(prestart=False)  # env before `import torch`
-        device = task.get("device", "")
-        try:
-            with self._lock:  # the zygote's socket and the spawn launcher's standby serve one launch at a time
-                child = launcher.launch(str(task_path), env)
-        except IsolationServerDied:
-            self._check_server(f"as {what} was starting")
-            launcher = self.launcher
-            with self._lock:
-                child = launcher.launch(str(task_path), env)
-        end = self._supervise(child, task, device)
-        if self._standby_killed_at_hand_over(child, end, task):
-            self.note(f"the standby interpreter (pid {child.pid}) was killed (SIGKILL) "
-                      f"as {what} was handed to it, before the task began; ran it again in a fresh interpreter")
-            with self._lock:
-                child = launcher.launch(str(task_path), env, fresh=True)  # only a spawn launcher has a standby
-            end = self._supervise(child, task, device)
-        self._check_server(f"while {what} ran")
-        return end
-
-    def _supervise(self, child: ChildProcess, task: Dict[str, Any], device: str) -> ChildEnd:
-        self._running[device] = (task.get("probe") or task["call"], child)
-        try:
-            limit = task.get("first_use_limit")  # None: the timeout bounds it
-            bound = f"its limit {limit:g}s" if limit is not None else f"the timeout {float(task['timeout']):g}s"
-            where = f" on {device}" if device.startswith("cuda") else ""
-            say = lambda s: self.on_note(f"{task['variant']}{where}: in first use (compiling or searching "  # noqa: E731
-                                         f"kernels) for {s:.0f}s, within {bound}")
-            return supervise(child, float(task["timeout"]), task["started_path"], first_use_limit=limit,
-                             teardown_wait=self.opts.teardown_wait, on_first_use=say if "variant" in task else None)
-        finally:
-            self._running.pop(device, None)
-
-    @staticmethod
-    def _standby_killed_at_hand_over(child: ChildProcess, end: ChildEnd, task: Dict[str, Any]) -> bool:
-        """A SIGKILL (the OOM killer's, say) that lands on the standby between its liveness check
-        and the hand-over ends it before it began the task: the task never ran, so it is no
-        verdict of the probe's. A crash of the task's own (SIGSEGV or SIGABRT in GPU runtime
-        init) is not this, and stays a crash."""
-        return (child.from_standby and end.returncode == -watchdog.SIGKILL and not end.timed_out
-                and not Path(task["started_path"]).exists() and not Path(task["result_path"]).exists())
+    def _first_use_note(self, task: Task) -> Callable[[float], None]:
+        """What the user hears while a probe compiles or searches kernels for long."""
+        limit = task.first_use_limit  # None: the timeout bounds it
+        bound = f"its limit {limit:g}s" if limit is not None else f"the timeout {task.timeout:g}s"
+        where = f" on {task.device}" if task.device != "cpu" else ""
+        return lambda s: self.on_note(f"{task.variant}{where}: in first use (compiling or searching kernels) "
+                                      f"for {s:.0f}s, within {bound}")
 
     # --- device ------------------------------------------------------------------------
 
@@ -245,8 +167,8 @@ class Runner:
         turn `--device` into a DeviceInfo. `auto` falls back to the CPU only on a host without
         GPUs; a GPU host whose torch sees none is a failure, never a CPU self-test."""
         task = self._task(call="rocmcheck.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S)  # faults: in_facts only
-        end = self._launch(task, {}, fresh=False)
-        result = read_result(task["result_path"])
+        end = self.isolation.run(task, {}, fresh=False)
+        result = read_result(task.files.result)
         self.facts = clean_tree((result or {}).get("data") or {"error": end_summary(end)})
         if result is None and NO_BINARY in signatures(end.output):
             fix = self.arch_fix()
@@ -293,8 +215,8 @@ class Runner:
             arch_list = self.facts.get("arch_list") if self.facts.get("device_count") else None
             if arch_list is None:
                 task = self._task(call="rocmcheck.fingerprint:wheel_facts", timeout=FACTS_TIMEOUT_S)
-                self._launch(task, {}, fresh=False)
-                arch_list = ((read_result(task["result_path"]) or {}).get("data") or {}).get("arch_list")
+                self.isolation.run(task, {}, fresh=False)
+                arch_list = ((read_result(task.files.result) or {}).get("data") or {}).get("arch_list")
             override = {**os.environ, **self.opts.env}.get("HSA_OVERRIDE_GFX_VERSION")
             install = hostgpu.torch_choice(host).command()
             cards = dict.fromkeys(hostgpu.gfx_from_kfd(t) for t in host.kfd_gfx_targets)
@@ -353,20 +275,9 @@ class Runner:
         if spec.host_only:
             return self._run_in_parent(variant, device)
         timeout = timeout or self.opts.timeout or spec.timeout
-        task = self._task(probe=spec.id, variant=variant.id, params=variant.params, device=device.name,
-                          device_requested=self.opts.device, device_facts=self.facts,
-                          expect_gpus=self.opts.expect_gpus, profile=self.opts.profile,
-                          timeout=timeout, first_use_limit=self.first_use_limit(), module_file=module_file(spec))
         variant_env = {**variant.env(), **(env or {})}
         log_since = kernellog.now()
-        end = self._launch(task, variant_env, spec.fresh_interpreter)
-        result = read_result(task["result_path"])
-        if result and result.get("gpu_init_failed") and self.isolation == "zygote":
-            with self._lock:
-                if self.isolation == "zygote":  # another queue may have fallen back already
-                    self.fall_back_to_spawn(result.get("message", "GPU init failed in a forked child"))
-            return self._run_variant(variant, env, timeout, device)
-        verdict = assemble(variant, end, result, read_text(task["stack_path"]), timeout)  # every status: verdicts.py
+        verdict = self._run_task(variant, device, timeout, variant_env)
         if NO_BINARY in verdict.evidence.get("signatures", ()):
             verdict.message = clean(f"{verdict.message}: hipErrorNoBinaryForGpu: torch has no code object for "
                                     "this GPU")
@@ -377,6 +288,33 @@ class Runner:
         if verdict.status is Status.HANG and device.kind == "gpu":
             verdict.evidence["device_canary"] = self.device_canary(variant.id, device)
         return verdict
+
+    def _variant_task(self, variant: Variant, device: DeviceInfo, timeout: float) -> Task:
+        return self._task(probe=variant.spec.id, variant=variant.id, params=variant.params, device=device.name,
+                          device_requested=self.opts.device, device_facts=self.facts,
+                          expect_gpus=self.opts.expect_gpus, profile=self.opts.profile, timeout=timeout,
+                          first_use_limit=self.first_use_limit())
+
+    def _run_task(self, variant: Variant, device: DeviceInfo, timeout: float, env: Dict[str, str]) -> Verdict:
+        """The variant in its device's worker where it may share one, else in a child of its own.
+        A fail, error or crash in a worker is re-run alone in a fresh child, and that verdict
+        counts (`verdicts.confirmed`): one task's leftovers never fail the next."""
+        task = self._variant_task(variant, device, timeout)
+        key = self.isolation.worker_key(task, env, variant.spec)
+        if key is not None:
+            end, after = self.isolation.run_in_worker(task, key, self._first_use_note(task))
+            verdict = self._assemble(variant, task, end, timeout)
+            if verdict.status not in (Status.FAIL, Status.ERROR, Status.CRASH):
+                return verdict
+            alone = self._variant_task(variant, device, timeout)
+            end = self.isolation.run(alone, env, fresh=False, on_first_use=self._first_use_note(alone))
+            return confirmed(verdict, self._assemble(variant, alone, end, timeout), after)
+        end = self.isolation.run(task, env, variant.spec.fresh_interpreter, self._first_use_note(task))
+        return self._assemble(variant, task, end, timeout)
+
+    @staticmethod
+    def _assemble(variant: Variant, task: Task, end: ChildEnd, timeout: float) -> Verdict:
+        return assemble(variant, end, read_result(task.files.result), read_text(task.files.stack), timeout)
 
     def _run_in_parent(self, variant: Variant, device: DeviceInfo) -> Verdict:
         """A probe that only reads host files (node-health): run here, no child, no GPU runtime,
@@ -416,8 +354,8 @@ class Runner:
         """After a hang on the GPU: does a tiny kernel in a fresh child still run? If not, the
         remaining GPU probes are skipped ("device unusable after <variant>")."""
         task = self._task(call=CANARY_CALL, probe=CANARY_PROBE, device=device.name, timeout=CANARY_TIMEOUT_S)
-        end = self._launch(task, {}, fresh=False)
-        result = read_result(task["result_path"])
+        end = self.isolation.run(task, {}, fresh=False)
+        result = read_result(task.files.result)
         data = (result or {}).get("data") or {}
         usable = not end.timed_out and bool(data.get("ok"))
         why = (f"no answer within {CANARY_TIMEOUT_S:g}s" if end.timed_out else
@@ -437,7 +375,7 @@ class Runner:
     def start(self) -> None:
         """Start the launcher, resolve the device and open the journal (once per run)."""
         self.check_torch_version()
-        self._start_launcher()
+        self.isolation.start()
         self.resolve_device()
         if self.opts.write_files:
             path = self.paths()["jsonl"]
@@ -498,9 +436,7 @@ class Runner:
                 alive = [w for w in workers if w.is_alive()]
         except BaseException:
             stop.set()
-            self.current = ", ".join(f"{v} on {d}" for d, (v, _) in list(self._running.items())) or None
-            for _, child in list(self._running.values()):
-                child.signal_tree(watchdog.SIGKILL)
+            self.current = self.isolation.kill_running() or None
             for worker in workers:
                 worker.join(5.0)
             raise
@@ -508,9 +444,7 @@ class Runner:
             raise errors[0]
 
     def close_launcher(self) -> None:
-        if self.launcher is not None:
-            self.launcher.close()
-            self.launcher = None
+        self.isolation.close()
 
     def finish(self, interrupted: Optional[str] = None) -> Dict[str, Any]:
         """End the run: stop the launcher, close the journal, write and return the report."""
@@ -574,7 +508,7 @@ class Runner:
     def _run_info(self) -> Dict[str, Any]:
         return {"id": self.run_id, "command": self.opts.command, "argv": clean_tree(sys.argv[1:]),
                 "started": self.started_at, "device": self.device.name, "profile": self.opts.profile,
-                "isolation": self.isolation, "isolation_requested": self.opts.isolation,
+                "isolation": self.isolation.mode, "isolation_requested": self.opts.isolation,
                 "inject": self.opts.inject, "env": clean_env(self.opts.env), "notes": self.notes}
 
     def report(self, partial: bool, interrupted: Optional[str]) -> Dict[str, Any]:
@@ -599,25 +533,6 @@ class Runner:
                 write_atomic(paths[kind], render(report), replace=named is not None)
             except OSError as exc:
                 self._cannot_write(kind, paths[kind], exc)
-
-
-@contextlib.contextmanager
-def interrupts_deferred() -> Iterator[None]:
-    """Hold SIGTERM and Ctrl-C back while a process of ours starts (until its handle is kept),
-    then deliver them: an interrupt in the middle of Popen would orphan the new process."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pending: List[int] = []
-    wanted = (signal.SIGTERM, signal.SIGINT)
-    previous = {signum: signal.signal(signum, lambda signum, frame: pending.append(signum)) for signum in wanted}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        if pending:
-            signal.raise_signal(pending[0])
 
 
 def scratch_dir() -> Path:

@@ -325,3 +325,14 @@ def memory_info(device: Any) -> Tuple[int, int]:
 def device_properties(device: Any) -> Any:
     """The device's properties (name, total_memory, major/minor, PCI ids where torch reports them)."""
     return device_module(device).get_device_properties(_torch().device(device).index or 0)
+
+
+def empty_cache(device: Any) -> None:
+    """Return the caching allocator's unused blocks on `device` to the runtime (between a worker's tasks)."""
+    empty = _accelerator("empty_cache")
+    if empty and not is_cuda(device):
+        empty()
+    elif is_cuda(device):
+        _torch().cuda.empty_cache()
+    else:
+        getattr(device_module(device), "empty_cache", lambda: None)()

@@ -7,10 +7,13 @@
 | | (unmet `requires`, torch cannot use the host's GPU, the device's canary failed) | `Runner._run_variant` |
 | fail | the probe raised `AssertionError` / `ProbeFailure` | `outcome` |
 | error | any other exception, `sys.exit()` or `KeyboardInterrupt` inside the probe; | `outcome`; `no_result` |
-| | a child that exited 0 without a result | |
+| | a child that exited 0 without a result; | |
+| | the probe missing in the child, GPU runtime init raising, rocmcheck's own code | `probe_not_found`, |
+| | failing in the child | `runtime_init_failed`, `harness_failed` |
 | crash | the child died by a signal, or exited non-zero without a result, | `no_result`, `assemble` |
 | | or with the isolation server | |
 | hang | the watchdog's deadline passed (probe timeout, startup or first-use limit) | `assemble` |
+| any | a fail, error or crash in a worker is re-run alone in a fresh child: that verdict counts | `confirmed` |
 
 The child writes `outcome`'s status into its result file; `assemble` (in the parent) turns
 what the watchdog saw and that file into exactly one `Verdict`, cleaned of text no output
@@ -59,6 +62,24 @@ def outcome(ended: Optional[BaseException], warnings: List[str]) -> Dict[str, An
     return {"status": status.value, "message": message, "exception": error_fields(ended)}
 
 
+def probe_not_found(probe_id: str) -> Dict[str, Any]:
+    """The child's registry lacks the probe the parent selected (a module that failed to load there)."""
+    return {"status": Status.ERROR.value, "message": f"probe '{probe_id}' not found in the child"}
+
+
+def runtime_init_failed(exc: BaseException) -> Dict[str, Any]:
+    """GPU runtime init raised in the child: an error, and the runner's cue to fall back to spawn
+    when the child was forked."""
+    return {"status": Status.ERROR.value, "message": f"GPU runtime init failed: {first_line(exc)}",
+            "gpu_init_failed": True, "exception": error_fields(exc)}
+
+
+def harness_failed(exc: BaseException) -> Dict[str, Any]:
+    """rocmcheck's own code failed inside the child (not the probe's): still a result, never a pass."""
+    return {"status": Status.ERROR.value, "message": f"rocmcheck child failed: {first_line(exc)}",
+            "exception": error_fields(exc)}
+
+
 def error_fields(exc: BaseException) -> Dict[str, Any]:
     return {
         "type": type(exc).__name__,
@@ -85,7 +106,8 @@ def read_text(path: str) -> str:
 # What assembly reads from a result file, by type: a field of another type (a probe that
 # wrote the file itself) is dropped, not a traceback.
 RESULT_TYPES = {"message": str, "measurements": dict, "exception": dict, "faults_installed": list,
-                "probe_s": (int, float), "runtime_init_s": (int, float), "data": dict}
+                "probe_s": (int, float), "runtime_init_s": (int, float), "data": dict, "worker_task": int,
+                "state_put_back": list, "retire": str}
 
 
 def read_result(path: str) -> Optional[Dict[str, Any]]:
@@ -107,6 +129,8 @@ def evidence_of(end: ChildEnd, stack: str) -> Dict[str, Any]:
                                 "elapsed_s": round(end.elapsed_s, 3)}
     if end.lost:
         evidence["exit"] = "unknown: the isolation server that would report it died"
+    if end.alive:
+        evidence["exit"] = "none: its worker child went on to the next task"
     if signal_of(end.returncode):
         evidence["signal"] = describe(end.returncode)
     if end.output:
@@ -175,8 +199,28 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
                 evidence["signatures"] = sorted(set(evidence.get("signatures", [])) | set(found))
         if result.get("faults_installed"):
             evidence["faults_injected"] = result["faults_installed"]
+        if result.get("worker_task"):  # not the first task of its process: the runtime was already up
+            evidence["worker_task"] = result["worker_task"]
+        if result.get("state_put_back"):
+            evidence["state_put_back"] = result["state_put_back"]
+        if result.get("retire"):
+            evidence["worker_ended"] = f"the worker could not go on after this task: {result['retire']}"
         for timing in ("probe_s", "runtime_init_s"):  # after the probe's own measurements
             if timing in result:
                 measurements.setdefault(timing, round(result[timing], 4))
     return Verdict(variant.spec.id, variant.id, status, dict(variant.params), clean(message),
                    round(end.elapsed_s, 4), clean_tree(measurements), clean_tree(evidence))
+
+
+def confirmed(in_worker: Verdict, alone: Verdict, after: Optional[str]) -> Verdict:
+    """A variant that went bad in a worker, re-run alone in a fresh child: the fresh child's
+    verdict counts (a previous task's leftovers must never fail the next), and says both."""
+    first = {"status": in_worker.status.value, "message": in_worker.message, "after": after,
+             **{k: in_worker.evidence[k] for k in ("signal", "stack", "traceback") if k in in_worker.evidence}}
+    alone.evidence["in_worker"] = clean_tree(first)
+    if alone.status is in_worker.status:
+        alone.evidence["confirmed_alone"] = True
+    else:
+        alone.message = clean(f"{alone.message} (in a shared worker after {after or 'the start'} it was "
+                              f"{in_worker.status.value}: {in_worker.message}; alone, {alone.status.value})")
+    return alone

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional
 
 from .capture import OutputDrain
-from .context import FIRST_USE_SUFFIX
 from .launch import ChildProcess
-from .proctree import process_state
+from .markers import TaskFiles
+from .proctree import leftovers, process_state
 
 STACK_WAIT_S = 0.3
 TERM_GRACE_S = 0.5
@@ -39,6 +39,7 @@ class ChildEnd:
     in_first_use: bool = False  # timed out inside the probe's first call (`ctx.first_use()`)
     first_use_limit: Optional[float] = None  # the first-use limit that ran out (None: the timeout bounded it)
     unkillable: bool = False
+    alive: bool = False  # a worker child that finished the task (its result is written) and waits for the next
     lost: bool = False  # it ended, but the isolation server that would report its exit status died
     output: str = ""
     output_bytes: int = 0
@@ -85,36 +86,40 @@ def _wait_for_teardown(child: ChildProcess, end: ChildEnd, limit: float) -> None
     end.teardown_s = time.monotonic() - start
 
 
-def _started_at(path: Optional[str]) -> Optional[float]:
-    """When the child began its task (the mtime of its marker file), on the monotonic clock."""
-    try:
-        return time.monotonic() - max(time.time() - os.stat(path).st_mtime, 0.0) if path else None
-    except OSError:
-        return None
-
-
-def supervise(child: ChildProcess, timeout: float, started_path: Optional[str] = None,
+def supervise(child: ChildProcess, timeout: float, files: Optional[TaskFiles] = None,
               startup_limit: float = STARTUP_LIMIT_S, first_use_limit: Optional[float] = None,
               teardown_wait: float = TEARDOWN_WAIT_S,
-              on_first_use: Optional[Callable[[float], None]] = None) -> ChildEnd:
+              on_first_use: Optional[Callable[[float], None]] = None,
+              drain: Optional[OutputDrain] = None) -> ChildEnd:
     """Wait for `child`; always returns, always leaves no tree behind (save an unkillable
-    process). The child marks `started_path` once its interpreter, `import torch` and the GPU
+    process). The child marks `files.started` once its interpreter, `import torch` and the GPU
     runtime are up (all within `startup_limit`); `timeout` runs from there. With a
     `first_use_limit`, time inside `ctx.first_use()` is bounded by it instead and left out of
     the timeout (the child moves the marker forward by it); with None, the timeout bounds
     everything after the marker, first use included. `elapsed_s` is wall time from the marker.
     `on_first_use(seconds)` hears every FIRST_USE_PROGRESS_S of one first use (minutes of
-    compiling must not look like a hang). An interrupt (Ctrl-C, SIGTERM) kills the tree and re-raises."""
-    drain = OutputDrain(child.out_fd)
+    compiling must not look like a hang). An interrupt (Ctrl-C, SIGTERM) kills the tree and re-raises.
+
+    With `drain` (the output drain of a worker child, which outlives its tasks), the task also
+    ends when its result file appears: the child is left running (`alive`), with this task's
+    output cut from the drain, unless the task left a process behind; then the worker is
+    ended here, so that the sweep names this task."""
+    own_drain = drain is None
+    drain = drain or OutputDrain(child.out_fd)
+    taken = None  # a worker task's output, cut at its end
     start = time.monotonic()
-    began = None if started_path else start  # first sight of the marker: where the wall time runs from
+    began = None if files else start  # first sight of the marker: where the wall time runs from
     end = ChildEnd(returncode=None, elapsed_s=0.0)
     said: tuple = (None, 0)  # (when the current first use began, progress lines said about it)
     try:
         while end.returncode is None and not child.lost:
-            shifted = _started_at(started_path) if started_path else None  # moved forward by first use
+            shifted = files.started_at() if files else None  # moved forward by first use
             began = began if began is not None else shifted
-            warming = _started_at(started_path + FIRST_USE_SUFFIX) if began is not None and started_path else None
+            warming = files.first_use_since() if began is not None and files else None
+            if not own_drain and files is not None and files.has_result():
+                taken = drain.take_task_output(timeout=2.0)  # None: no task end came, the worker is exiting
+                end.alive = taken is not None and not leftovers(child.pid, child.token, child.before)
+                break
             if began is None:
                 deadline = start + startup_limit
             elif warming is not None and first_use_limit is not None:
@@ -137,17 +142,25 @@ def supervise(child: ChildProcess, timeout: float, started_path: Optional[str] =
                 end.first_use_limit = first_use_limit if warming is not None else None
                 _kill_after_timeout(child, end, teardown_wait)
                 break
-            end.returncode = child.wait(min(left, 0.25 if began is not None else 0.02))
+            if own_drain or not drain.open or drain.ended:
+                end.returncode = child.wait(min(left, 0.25 if began is not None else 0.02))
+            else:  # a worker's tasks take milliseconds: wake at the task's end, or its output closing
+                drain.wait_for_task_end(min(left, 0.25))
+                end.returncode = child.wait(0)
     except BaseException:
         child.signal_tree(SIGKILL)
         child.wait(KILL_WAIT_S)
         raise
     finally:
         end.elapsed_s = time.monotonic() - (began if began is not None else start)
-        end.lost = child.lost
-        if not end.unkillable:
-            end.leftovers_killed = child.kill_leftovers()
-        child.close_lifeline()
-        drain.finish(timeout=0.5 if end.timed_out else 2.0)
-        end.output, end.output_bytes, end.output_cut = drain.text(), drain.total, drain.truncated
+        output = taken
+        if not end.alive:  # the child ended, or a worker is ended because its task left a process behind
+            end.lost = child.lost
+            if not end.unkillable:
+                end.leftovers_killed = child.kill_leftovers()
+            child.close_lifeline()
+            rest = drain.finish(timeout=0.5 if end.timed_out else 2.0)
+            output = output or rest
+        if output is not None:
+            end.output, end.output_bytes, end.output_cut = output.text(), output.total, output.truncated
     return end

@@ -178,11 +178,14 @@ def _fork_child(sock: socket.socket, wake_r: int, wake_w: int, msg: dict, fds: L
         os.close(life_r)
         _stamp_token(msg["token"])
         os.environ.update({**(msg.get("env") or {}), TOKEN_ENV: msg["token"]})
-        from . import child
+        import queue
 
-        child.watch_lifeline(0)
-        with open(msg["task"], encoding="utf-8") as fh:
-            child.execute(json.load(fh))
+        from . import child
+        from .task import Task
+
+        paths: "queue.Queue[str]" = queue.Queue()  # a worker's next tasks come on the lifeline
+        child.watch_lifeline(0, on_line=lambda line: paths.put(line.strip()))
+        child.execute(Task.load(msg["task"]), paths.get)
     finally:
         os._exit(72)
 

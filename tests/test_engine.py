@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 
 from rocmcheck import known_issues, registry
-from rocmcheck.capture import OutputDrain
+from rocmcheck.capture import TASK_END, OutputDrain
 from rocmcheck.errors import UsageError
 from rocmcheck.exitcodes import describe, signatures
 from rocmcheck.faults import parse as parse_faults
-from rocmcheck.launch import ChildProcess
+from rocmcheck.isolation import Isolation
+from rocmcheck.launch import ChildProcess, SpawnLauncher
+from rocmcheck.markers import TaskFiles
 from rocmcheck.model import DeviceInfo, Requires, Status, Verdict, expand_variants, variant_id
 from rocmcheck.selection import keyword_matcher, select
 from rocmcheck.storage import SCHEMA, Journal, load_report, report_json, write_atomic
@@ -145,11 +147,25 @@ def test_output_drain_keeps_head_and_tail_and_marks_the_cut():
     drain = OutputDrain(r, head=10, tail=10)
     os.write(w, b"HEAD------" + b"x" * 5000 + b"------TAIL")
     os.close(w)
-    drain.finish()
-    text = drain.text()
+    out = drain.finish()
+    text = out.text()
     assert text.startswith("HEAD------") and text.endswith("------TAIL")
     assert "[... 5000 bytes cut by rocmcheck ...]" in text
-    assert drain.total == 5020 and drain.truncated == 5000
+    assert out.total == 5020 and out.truncated == 5000
+
+
+def test_output_drain_cuts_a_workers_output_at_each_task_end_even_split_across_reads():
+    r, w = os.pipe()
+    drain = OutputDrain(r)
+    half = len(TASK_END) // 2
+    os.write(w, b"first task\n" + TASK_END[:half])
+    time.sleep(0.2)  # the drain reads the first half of the marker on its own
+    os.write(w, TASK_END[half:] + b"second task\n" + TASK_END + b"third, unfinished")
+    first, second = drain.take_task_output(2.0), drain.take_task_output(2.0)
+    assert first.text() == "first task\n" and second.text() == "second task\n"
+    assert drain.take_task_output(0.1) is None  # the third has not ended
+    os.close(w)
+    assert drain.finish().text() == "third, unfinished"
 
 
 # --- storage ----------------------------------------------------------------------------------
@@ -260,10 +276,10 @@ def test_zygote_child_that_cannot_init_the_gpu_falls_back_to_spawn(monkeypatch):
 
 
 def test_unkillable_child_is_abandoned_and_later_gpu_probes_skip(monkeypatch):
-    from rocmcheck import runner as runner_mod
+    from rocmcheck import isolation as isolation_mod
     from rocmcheck.runner import Runner, RunOptions
 
-    real = runner_mod.supervise
+    real = isolation_mod.supervise
 
     def stuck_first(child, *args, **kwargs):
         end = real(child, *args, **kwargs)
@@ -272,11 +288,11 @@ def test_unkillable_child_is_abandoned_and_later_gpu_probes_skip(monkeypatch):
             end.timed_out, end.unkillable, end.state = True, True, {"status": "disk-sleep"}
         return end
 
-    monkeypatch.setattr(runner_mod, "supervise", stuck_first)
+    monkeypatch.setattr(isolation_mod, "supervise", stuck_first)
     monkeypatch.setattr(Runner, "resolve_device",
                         lambda self: setattr(self, "device", DeviceInfo("cuda:0", "rocm", 1, "gfx1100")))
-    monkeypatch.setattr(runner_mod.Runner, "_start_launcher", lambda self: setattr(
-        self, "launcher", runner_mod.SpawnLauncher([FAKE], prestart=False)))
+    monkeypatch.setattr(Isolation, "start",
+                        lambda self: setattr(self, "launcher", SpawnLauncher([FAKE], prestart=False)))
     variants = select(registry.load_all([FAKE]), ["fake-pass", "fake-warn"])
     opts = RunOptions(device="cuda:0", isolation="spawn", probes_paths=[FAKE], write_files=False)
     report = Runner(opts).run(variants)
@@ -309,14 +325,14 @@ def test_watchdog_gives_up_on_an_unkillable_child_in_bounded_time():
 
 def test_timeout_runs_from_the_childs_start_not_from_its_launch(tmp_path):
     """A slow interpreter start (a loaded machine importing torch) is not a hang."""
-    marker = tmp_path / "started"
-    code = f"import time, pathlib; time.sleep(1.0); pathlib.Path({str(marker)!r}).touch(); time.sleep(0.5)"
+    files = TaskFiles(str(tmp_path / "task"))
+    code = f"import time, pathlib; time.sleep(1.0); pathlib.Path({files.started!r}).touch(); time.sleep(0.5)"
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     r, w = os.pipe()
     os.close(w)
     life_r, life_w = os.pipe()
     os.close(life_r)
-    end = supervise(ChildProcess(proc.pid, r, life_w, popen=proc), timeout=0.9, started_path=str(marker))
+    end = supervise(ChildProcess(proc.pid, r, life_w, popen=proc), timeout=0.9, files=files)
     assert not end.timed_out and end.returncode == 0
     assert end.elapsed_s < 0.9  # measured from the start marker, not from the launch
 
@@ -328,7 +344,7 @@ def test_child_that_never_starts_its_task_is_a_hang_saying_so(tmp_path):
     life_r, life_w = os.pipe()
     os.close(life_r)
     end = supervise(ChildProcess(proc.pid, r, life_w, popen=proc), timeout=0.2,
-                    started_path=str(tmp_path / "never"), startup_limit=0.3)
+                    files=TaskFiles(str(tmp_path / "never")), startup_limit=0.3)
     assert end.timed_out and end.never_started and end.returncode is not None
 
 
@@ -369,17 +385,16 @@ def test_long_first_use_is_reported_as_it_goes_and_counted_in_the_duration(tmp_p
     from rocmcheck import watchdog
 
     monkeypatch.setattr(watchdog, "FIRST_USE_PROGRESS_S", 0.4)
-    marker = tmp_path / "started"
-    code = (f"import os, time, pathlib; m = pathlib.Path({str(marker)!r}); m.touch(); f = pathlib.Path(str(m) + "
-            f"{watchdog.FIRST_USE_SUFFIX!r}); f.touch(); time.sleep(1.3); t = m.stat().st_mtime + 1.3; "
-            "os.utime(m, (t, t)); f.unlink()")
+    files = TaskFiles(str(tmp_path / "task"))
+    code = (f"import time; from rocmcheck.markers import TaskFiles; f = TaskFiles({files.prefix!r}); "
+            "f.mark_started(); f.enter_first_use(); time.sleep(1.3); f.leave_first_use(1.3)")
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     r, w = os.pipe()
     os.close(w)
     life_r, life_w = os.pipe()
     os.close(life_r)
     said = []
-    end = supervise(ChildProcess(proc.pid, r, life_w, popen=proc), timeout=0.5, started_path=str(marker),
+    end = supervise(ChildProcess(proc.pid, r, life_w, popen=proc), timeout=0.5, files=files,
                     first_use_limit=10.0, on_first_use=said.append)
     assert not end.timed_out and end.returncode == 0
     assert end.elapsed_s >= 1.3  # wall time from the marker, first use included

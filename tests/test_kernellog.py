@@ -6,6 +6,8 @@ import time
 
 from conftest import FAKE_PROBES as FAKE
 from rocmcheck import kernellog, registry
+from rocmcheck.isolation import Isolation
+from rocmcheck.launch import SpawnLauncher
 from rocmcheck.model import DeviceInfo
 from rocmcheck.selection import select
 
@@ -55,13 +57,12 @@ def test_unreadable_log_is_said_in_the_evidence(monkeypatch, tmp_path):
 
 
 def _run_on_a_gpu(monkeypatch, probes):
-    from rocmcheck import runner as runner_mod
     from rocmcheck.runner import Runner, RunOptions
 
     monkeypatch.setattr(Runner, "resolve_device",
                         lambda self: setattr(self, "device", DeviceInfo("cuda:0", "rocm", 1, "gfx1100")))
-    monkeypatch.setattr(Runner, "_start_launcher", lambda self: setattr(
-        self, "launcher", runner_mod.SpawnLauncher([FAKE], prestart=False)))
+    monkeypatch.setattr(Isolation, "start",
+                        lambda self: setattr(self, "launcher", SpawnLauncher([FAKE], prestart=False)))
     variants = select(registry.load_all([FAKE]), probes)
     opts = RunOptions(device="cuda:0", isolation="spawn", probes_paths=[FAKE], write_files=False)
     return {v["probe"]: v for v in Runner(opts).run(variants)["verdicts"]}

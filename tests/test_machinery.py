@@ -99,10 +99,11 @@ def test_server_dying_with_the_child_and_no_result_is_a_crash(tmp_path, isolatio
     opts = RunOptions(device="cpu", isolation=isolation, probes_paths=[FAKE], out_dir=tmp_path)
     report = Runner(opts, markdown=markdown_report).run(variants("fake-x-server[exit]", "fake-pass"))
     first, second = report["verdicts"]
-    if isolation == "zygote":
-        assert (first["status"], first["message"]) == (
+    if isolation == "zygote":  # in its worker: a crash; re-run alone (spawn by then), which counts: exit 0, no result
+        in_worker = first["evidence"]["in_worker"]
+        assert (in_worker["status"], in_worker["message"]) == (
             "crash", "the isolation server died, and the child ended without a result")
-        assert first["evidence"]["exit"].startswith("unknown")
+        assert first["status"] == "error" and "exit 0" in first["message"]
     else:  # the standby died; the child itself exited 0 without a result
         assert first["status"] == "error" and "exit 0" in first["message"]
     assert second["status"] == "pass"
@@ -112,7 +113,8 @@ def test_server_dying_with_the_child_and_no_result_is_a_crash(tmp_path, isolatio
 
 def _kill_server(runner: Runner) -> int:
     """The zygote, or under spawn the standby interpreter; returns its pid."""
-    proc = runner.launcher._server if runner.isolation == "zygote" else runner.launcher._standby.popen
+    launcher = runner.isolation.launcher
+    proc = launcher._server if runner.isolation.mode == "zygote" else launcher._standby.popen
     proc.kill()
     proc.wait()
     return proc.pid
@@ -122,7 +124,7 @@ def test_server_killed_before_the_first_probe_and_between_probes(tmp_path, isola
     runner = Runner(RunOptions(device="cpu", isolation=isolation, probes_paths=[FAKE], out_dir=tmp_path),
                     markdown=markdown_report)
     runner.start()
-    if isolation == "spawn" and runner.launcher._standby is None:
+    if isolation == "spawn" and runner.isolation.launcher._standby is None:
         pytest.skip("one core: no standby interpreter to kill")
     first_kill = _kill_server(runner)
     first = runner.run_one(variants("fake-pass")[0])
@@ -132,9 +134,10 @@ def test_server_killed_before_the_first_probe_and_between_probes(tmp_path, isola
     assert (first.status.value, second.status.value) == ("pass", "warn")
     notes = report["run"]["notes"]
     assert any(str(first_kill) in n and "died" in n for n in notes)
-    assert any(str(second_kill) in n and "died" in n for n in notes)
     if isolation == "zygote":
         assert any("the isolation server died before fake-pass" in n for n in notes)
+    # the standby killed second is never handed a task: fake-pass's worker runs fake-warn
+    assert not any(str(second_kill) in n for n in notes) and second.evidence["worker_task"] == 1
     complete_report(tmp_path)
     assert survivors(piddir) == []
 
@@ -165,9 +168,9 @@ def test_standby_killed_as_its_task_is_handed_over_runs_the_task_again(tmp_path,
     runner = Runner(RunOptions(device="cpu", isolation="spawn", probes_paths=[FAKE], out_dir=tmp_path),
                     markdown=markdown_report)
     runner.start()
-    if runner.launcher._standby is None:
+    if runner.isolation.launcher._standby is None:
         pytest.skip("one core: no standby interpreter")
-    standby = runner.launcher._standby.pid
+    standby = runner.isolation.launcher._standby.pid
     monkeypatch.setattr(SpawnLauncher, "_hand_over", staticmethod(hand_over_then_kill))
     verdict = runner.run_one(variants("fake-pass")[0])
     report = runner.finish()
@@ -176,8 +179,10 @@ def test_standby_killed_as_its_task_is_handed_over_runs_the_task_again(tmp_path,
     if sig == "SIGKILL":
         assert killed and verdict.status.value == "pass", verdict
         assert len(rerun) == 1 and f"(pid {killed[0]}) was killed (SIGKILL) as fake-pass was handed to it" in rerun[0]
-    else:
-        assert killed and verdict.status.value == "crash" and "SIGSEGV" in verdict.message, verdict
+    else:  # a crash of the worker's own: the variant is re-run alone, and that verdict counts
+        in_worker = verdict.evidence["in_worker"]
+        assert killed and in_worker["status"] == "crash" and "SIGSEGV" in in_worker["message"], verdict
+        assert verdict.status.value == "pass" and "alone, pass" in verdict.message
         assert rerun == []
     complete_report(tmp_path)
     assert survivors(piddir) == []
@@ -268,9 +273,9 @@ class SlowTeardown(ChildProcess):
 @pytest.fixture
 def fake_gpu(monkeypatch):
     """The runner believes it drives cuda:0; its children run on the CPU; killed children die slowly."""
-    from rocmcheck import runner as runner_mod
+    from rocmcheck import isolation as isolation_mod
 
-    real_task, real_supervise = Runner._task, runner_mod.supervise
+    real_task, real_supervise = Runner._task, isolation_mod.supervise
     monkeypatch.setattr(Runner, "resolve_device", lambda self: setattr(self, "device", DeviceInfo("cuda:0", "rocm", 1)))
     monkeypatch.setattr(Runner, "_task",
                         lambda self, **f: real_task(self, **{**f, **({"device": "cpu"} if "device" in f else {})}))
@@ -279,7 +284,7 @@ def fake_gpu(monkeypatch):
         child.__class__ = SlowTeardown
         return real_supervise(child, *args, **kwargs)
 
-    monkeypatch.setattr(runner_mod, "supervise", supervise)
+    monkeypatch.setattr(isolation_mod, "supervise", supervise)
     return monkeypatch
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from ..errors import UsageError
 
@@ -36,6 +36,8 @@ class Fault:
     # runtime init, once the probe's timeout runs; the others patch torch before runtime init
     prepare: Optional[Callable[[Optional[str]], None]] = None  # run once in the parent before any child
     needs: Optional[str] = None  # another fault that must be in the same spec
+    whole_run: bool = False  # the same for every probe (the simulated device, an older torch's API): a worker
+    # installs it once; a task that meets any other fault before its probe starts runs in a child of its own
 
     def check_arg(self, arg: Optional[str]) -> None:
         """ARG must match one of `choices` (globs allowed); with none, `args` names a whole
@@ -53,7 +55,7 @@ class Fault:
 
 def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_facts: bool = False,
           in_probe: bool = False, prepare: Optional[Callable[[Optional[str]], None]] = None,
-          needs: Optional[str] = None) -> Callable[
+          needs: Optional[str] = None, whole_run: bool = False) -> Callable[
         [Callable[[Optional[str]], None]], Callable[[Optional[str]], None]]:
     """Register `install(arg)` as fault `name`; it runs in the child before the probe.
 
@@ -63,12 +65,13 @@ def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_
     `in_probe`: the fault acts at once (blocks, crashes, exits), so it is installed where the
     probe would meet it, after runtime init, and its hang is bounded by the probe's timeout.
     `prepare(arg)` runs in the parent before any child (a build, say); `needs` names a fault
-    the spec must also hold.
+    the spec must also hold. `whole_run`: the fault sets up the whole run alike for every probe,
+    so probes meeting it may share a worker child.
     """
 
     def register(install: Callable[[Optional[str]], None]) -> Callable[[Optional[str]], None]:
         _FAULTS[name] = Fault(name, help, install, args or "|".join(choices), tuple(choices), in_facts, in_probe,
-                              prepare, needs)
+                              prepare, needs, whole_run)
         return install
 
     return register
@@ -123,6 +126,18 @@ def prepare(requests: List[FaultRequest]) -> None:
     for req in requests:
         if known[req.name].prepare:
             known[req.name].prepare(req.arg)
+
+
+def worker_faults(requests: List[FaultRequest], probe_id: str) -> Optional[FrozenSet[str]]:
+    """The whole-run faults `probe_id` meets before it starts (a worker installs them once, so
+    probes share a worker only with the same set), or None when another fault patches its
+    process first and it needs a child of its own. Faults that act inside the probe (a crash,
+    a hang) end or leave the worker as the probe's own failure would."""
+    known = catalogue()
+    applying = [r for r in requests if r.applies_to(probe_id) and not known[r.name].in_probe]
+    if not all(known[r.name].whole_run for r in applying):
+        return None
+    return frozenset(str(r) for r in applying)
 
 
 def install(requests: List[FaultRequest], probe_id: str, facts_only: bool = False,
