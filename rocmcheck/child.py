@@ -196,7 +196,10 @@ def execute(task: Task, next_task: Callable[[], str]) -> None:
         go_on = task.keep_alive and worker.device is not None and "retire" not in result
         if not go_on:
             break
-        os.write(1, TASK_END)  # after the result: the parent cuts this task's output here
+        try:
+            os.write(1, TASK_END)  # after the result: the parent cuts this task's output here
+        except OSError:  # the probe closed our output: no worker without one
+            break
         task = Task.load(next_task())
     os._exit(0)  # skip interpreter teardown: a wedged runtime must not turn a verdict into a hang
 

@@ -4,8 +4,8 @@ next task, so that a task in a worker starts as it would in a fresh child.
 Each entry is a process-wide setting with a getter and a setter: precision flags (TF32, the
 fp32 precision mode, reduced-precision reductions), the default dtype, the SDPA backends,
 deterministic mode, cuDNN flags, grad and anomaly mode, the intra-op thread count, the
-environment, the working folder and the warning filters. The RNG is reseeded with the
-process's initial seed, and the caching allocator emptied. A setting this torch lacks is
+environment, the working folder and the warning filters. The RNGs are reseeded with the
+process's initial seed (the CPU's put back exactly), and the caching allocator emptied. A setting this torch lacks is
 left out. What a reset had to put back is returned, for the verdict's evidence.
 """
 from __future__ import annotations
@@ -84,6 +84,7 @@ class ProcessState:
         self.settings = settings()
         self.saved = {name: copy.copy(get()) for name, (get, _) in self.settings.items()}
         self.seed = torch.initial_seed()
+        self.cpu_rng = torch.get_rng_state()  # as the first task found it (the zygote's imports may have drawn)
         gc.freeze()  # what exists now (torch, the probe modules) stays: a collection after each task scans only its own
 
     def restore(self, device: str) -> List[str]:
@@ -102,6 +103,7 @@ class ProcessState:
         if torch.is_autocast_enabled():  # left open without a `with`: no setter works on every torch
             raise RuntimeError("the last task left autocast enabled")
         torch.manual_seed(self.seed)  # every device's generator, as in a fresh process
+        torch.set_rng_state(self.cpu_rng)
         gc.collect()
         if device != "cpu":
             torchapi.empty_cache(device)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -134,3 +135,20 @@ def test_the_device_option_names_simulated_gpus():
     assert options.device("simgpu:1,0,1") == "simgpu:1,0"
     with pytest.raises(ValueError, match="not 'simgpu:x'"):
         options.device("simgpu:x")
+
+
+def test_the_simulated_gate_pays_at_most_two_runtime_inits(tmp_path, simgpu_built):
+    """Issue 23, counted from the outside: each runtime init of the simulated GPU sleeps
+    ROCMCHECK_SIMGPU_INIT_S, so (wall at 4 s - wall at 0 s) / 4 is the number of inits on the
+    gate's path (the device facts, then one worker). One child per variant made it 35."""
+    cmd = [sys.executable, "-m", "rocmcheck", "gate", "--inject", "simgpu:1", "--out-dir", str(tmp_path),
+           *[arg for probe in ("device-smoke", "numerics", "config-lint", "gemm") for arg in ("--require", probe)]]
+    walls = {}
+    for cost in (0, 4):
+        start = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, simgpu.INIT_ENV: str(cost)})
+        walls[cost] = time.monotonic() - start
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "GO" in proc.stdout
+    assert (walls[4] - walls[0]) / 4 < 2.5, walls

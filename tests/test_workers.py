@@ -1,0 +1,91 @@
+"""Issue 23: one worker child per device runs its variants after one runtime init, and its
+verdicts stay as trustworthy as one child per variant, in both isolation modes."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import by_variant, run_probes
+
+FAKE = str(Path(__file__).parent / "fake_probes")
+
+
+def _run(isolation, *probes, **kwargs):
+    """The variants in the order given (the runner keeps it), as verdict dicts by variant."""
+    from rocmcheck import registry
+    from rocmcheck.runner import Runner, RunOptions
+    from rocmcheck.selection import select
+
+    specs = registry.load_all([FAKE])
+    variants = [v for p in probes for v in select(specs, [p])]
+    opts = RunOptions(device="cpu", isolation=isolation, probes_paths=[FAKE], write_files=False, **kwargs)
+    return Runner(opts).run(variants)
+
+
+def test_a_workers_next_task_sees_the_settings_of_a_fresh_child(isolation):
+    alone = by_variant(_run(isolation, "fake-w-check")["verdicts"])["fake-w-check"]  # the reference: a fresh child
+    report = _run(isolation, "fake-w-check", "fake-w-dirty", "fake-w-check")
+    first, dirty, after = report["verdicts"]
+    assert dirty["measurements"]["pid"] == after["measurements"]["pid"]  # one worker ran all three
+    assert after["evidence"]["worker_task"] == 2
+    fresh = {k: v for k, v in alone["measurements"].items()
+             if k not in ("pid", "probe_s", "runtime_init_s", "first_random")}  # a fresh child's seed varies here
+    assert {k: after["measurements"][k] for k in fresh} == fresh
+    assert after["measurements"]["first_random"] == first["measurements"]["first_random"]  # the RNG as found
+    assert {"default_dtype", "environment", "cwd", "deterministic_algorithms", "grad_enabled", "warning_filters",
+            "float32_matmul_precision", "sdpa.math", "num_threads"} <= set(  # TF32 follows the precision
+        dirty["evidence"]["state_put_back"])
+
+
+def test_a_task_that_fails_in_a_worker_is_judged_alone(isolation):
+    """fake-w-leak leaves module state that fails fake-w-leak-check in the same process: the
+    failure is re-run alone in a fresh child, that verdict counts, and it says both."""
+    report = _run(isolation, "fake-w-leak", "fake-w-leak-check", "fake-pass")
+    leak, check, after = report["verdicts"]
+    assert check["status"] == "pass"
+    assert check["evidence"]["in_worker"]["status"] == "fail"
+    assert check["evidence"]["in_worker"]["after"] == "fake-w-leak"
+    assert "in a shared worker after fake-w-leak it was fail" in check["message"]
+    assert "worker_task" not in check["evidence"]  # the verdict is the fresh child's
+    assert "worker_task" not in after["evidence"]  # the worker that failed was ended: a fresh one
+
+
+def test_a_real_failure_is_confirmed_alone(isolation):
+    fail = by_variant(_run(isolation, "fake-pass", "fake-fail")["verdicts"])["fake-fail"]
+    assert fail["status"] == "fail" and fail["evidence"]["confirmed_alone"] is True
+    assert fail["evidence"]["in_worker"]["status"] == "fail"
+
+
+def test_own_child_and_env_variants_never_share_a_worker(isolation):
+    report = _run(isolation, "fake-w-check", "fake-w-own", "fake-w-env", "fake-w-check")
+    first, own, env, after = (v["measurements"] for v in report["verdicts"])
+    assert first["pid"] == after["pid"] and first["run_env"] is None is after["run_env"]
+    assert len({first["pid"], own["pid"], env["pid"]}) == 3
+    assert env["run_env"] == "variant"  # set before `import torch`, in a child of its own
+
+
+def test_the_runs_own_environment_is_the_workers(isolation):
+    """Variables for the whole run (`RunOptions.env`) are the same for every task: one worker, a
+    fresh interpreter that had them before `import torch`, runs them all."""
+    first, second = (v["measurements"] for v in _run(isolation, "fake-w-check", "fake-w-check",
+                                                      env={"ROCMCHECK_TEST_X": "run"})["verdicts"])
+    assert first["pid"] == second["pid"] and first["run_env"] == second["run_env"] == "run"
+
+
+def test_a_crash_and_a_hang_in_the_middle_of_the_gate_are_one_verdict_each(isolation):
+    """Planted in the middle of the real gate, on the CPU: exactly one crash and one hang, for the
+    right variants, with their signal and stack; every other variant keeps its own verdict, and
+    the variants after them run in fresh workers."""
+    clean = by_variant(run_probes(gate_only=True, isolation=isolation, timeout=20))
+    planted = by_variant(run_probes(gate_only=True, isolation=isolation, timeout=20,
+                                    inject="segv@device-smoke,hang@gpu-visible"))
+    assert set(planted) == set(clean)
+    bad = {k: v["status"] for k, v in planted.items() if v["status"] in ("crash", "hang", "error", "fail")}
+    assert bad == {"device-smoke": "crash", "gpu-visible": "hang"}
+    crash, hang = planted["device-smoke"], planted["gpu-visible"]
+    assert "SIGSEGV" in crash["message"] and crash["evidence"]["in_worker"]["status"] == "crash"
+    assert "SIGSEGV" in crash["evidence"]["in_worker"]["signal"]
+    assert "no verdict within 20s" in hang["message"] and "_hang" in hang["evidence"]["stack"]
+    assert {k: v["status"] for k, v in planted.items() if k not in bad} == \
+        {k: v["status"] for k, v in clean.items() if k not in bad}
+    shared = [v for v in planted.values() if v["evidence"].get("worker_task")]
+    assert len(shared) >= len(planted) - 10  # most ran in workers
