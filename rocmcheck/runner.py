@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry, torchapi, watchdog
+from . import __version__, devices, faults, fingerprint, hostgpu, kernellog, known_issues, registry, torchapi, watchdog
 from .context import ProbeContext
+from .devices import GPU_VISIBLE
 from .errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from .exitcodes import BY_MEANING, signatures
 from .launch import ChildProcess, IsolationServerDied, SpawnLauncher
@@ -35,29 +36,10 @@ from .verdicts import assemble, end_summary, outcome, read_result, read_text
 from .watchdog import TEARDOWN_WAIT_S, ChildEnd, supervise
 
 NO_BINARY = next(m for m, sig in BY_MEANING.items() if sig.id == "hip-no-binary-for-gpu")
-GPU_VISIBLE = "gpu-visible"  # the probe that fails when the host has GPUs that torch cannot use
 FACTS_TIMEOUT_S = 120.0
 CANARY_TIMEOUT_S = 20.0  # runtime init and one tiny kernel; a device that needs longer is not usable
 CANARY_CALL = "rocmcheck.child:device_canary"
 CANARY_PROBE = "device-canary"  # the name faults are injected under: --inject hang@device-canary
-
-
-def device_indexes(wanted: str, count: int) -> List[int]:
-    """The GPUs `--device` names: auto = every visible GPU (inside a torchrun rank, LOCAL_RANK's
-    own), all = every visible GPU, TYPE:N[,M...] = those (TYPE: cuda, or simgpu for simulated GPUs)."""
-    if wanted == "auto":
-        return [local_rank()] if "LOCAL_RANK" in os.environ else list(range(count))
-    if wanted == "all":
-        return list(range(count))
-    return [int(i) for i in wanted.split(":", 1)[1].split(",")]
-
-
-def local_rank() -> int:
-    """Inside a torchrun (or Slurm) rank, `auto` means this rank's own GPU."""
-    raw = os.environ.get("LOCAL_RANK", "0")
-    if not raw.isdigit():
-        raise UsageError(f"LOCAL_RANK must be a whole number, not '{raw}'")
-    return int(raw)
 
 
 def default_isolation() -> str:
@@ -241,9 +223,8 @@ class Runner:
                                f"{choice.command(sys.executable)}")
 
     def resolve_device(self) -> None:
-        """Ask a child for device facts, hold them against the host's own GPU inventory, then
-        turn `--device` into a DeviceInfo. `auto` falls back to the CPU only on a host without
-        GPUs; a GPU host whose torch sees none is a failure, never a CPU self-test."""
+        """Ask a child for device facts; `devices.resolve` holds them against the host's own GPU
+        inventory and `--device`. A torch that cannot be imported stops the run here."""
         task = self._task(call="rocmcheck.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S)  # faults: in_facts only
         end = self._launch(task, {}, fresh=False)
         result = read_result(task["result_path"])
@@ -256,32 +237,11 @@ class Runner:
             choice = hostgpu.torch_choice(hostgpu.read())
             raise TorchMissing(f"torch cannot be imported here ({self.facts['torch_error']}), so nothing can be "
                                f"assessed; {choice.reason}: {choice.command(sys.executable)}")
-        count = int(self.facts.get("device_count") or 0)
-        backend = self.facts.get("backend") or "cpu"
-        wanted = self.opts.device
-        found = hostgpu.diagnose(hostgpu.read(), self.facts)
-        problem = found and found.message
-        if problem and wanted == "cpu":
-            self.note(f"the host's GPUs are left out on purpose (--device cpu): CPU self-test only ({problem})")
-        elif problem:
-            self.gpu_problem = problem
-            self.note(f"NO-GO: {problem}")
-            wanted = "cpu"
-        elif wanted in ("auto", "all") and not count:
-            wanted = "cpu"
-            self.note("no GPU on this host: running on the CPU; GPU-only probes are skipped")
-        if wanted == "cpu":
-            self.devices = [DeviceInfo("cpu", "cpu", count, None)]
-        else:
-            indexes = device_indexes(wanted, count)
-            kind = self.facts.get("device_type") or "cuda"  # torch's device type: cuda (ROCm too) or simgpu
-            missing = [i for i in indexes if i >= count]
-            if missing:
-                raise UsageError(f"device {kind}:{missing[0]} is not present ({count} GPU{'s' if count != 1 else ''} "
-                                 "visible)")
-            devices = self.facts.get("devices") or []
-            self.devices = [DeviceInfo(f"{kind}:{i}", backend, count, ((devices[i] if i < len(devices) else None)
-                                                                    or {}).get("arch")) for i in indexes]
+        chosen = devices.resolve(self.opts.device, self.facts, hostgpu.read())
+        for text in chosen.notes:
+            self.note(text)
+        self.gpu_problem = chosen.gpu_problem
+        self.devices = chosen.devices
         self.device = self.devices[0]
 
     def arch_fix(self) -> str:
@@ -319,15 +279,6 @@ class Runner:
                 "device": {"name": dev.name, "backend": dev.backend, "count": dev.count, "arch": dev.arch,
                            "under_test": [d.name for d in self.devices]}}
 
-    def device_label(self, device: DeviceInfo) -> Dict[str, Any]:
-        """What names a GPU in a verdict: its torch name and index, arch, PCI address, UUID."""
-        if device.kind == "cpu":
-            return {"name": "cpu"}
-        index = int(device.name.split(":")[1])
-        facts = (self.facts.get("devices") or [None] * (index + 1))[index] or {}
-        return {"name": device.name, "index": index, "arch": device.arch, "model": facts.get("name"),
-                "pci_address": facts.get("pci_address"), "uuid": facts.get("uuid")}
-
     # --- one variant -------------------------------------------------------------------
 
     def run_variant(self, variant: Variant, env: Optional[Dict[str, str]] = None,
@@ -337,7 +288,7 @@ class Runner:
         replaces the variant's own (doctor's attempts)."""
         device = device or self.device
         verdict = self._run_variant(variant, env, timeout, device)
-        verdict.device = self.device_label(device)
+        verdict.device = devices.label(device, self.facts)
         return verdict
 
     def _run_variant(self, variant: Variant, env: Optional[Dict[str, str]], timeout: Optional[float],
