@@ -17,9 +17,9 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from . import __version__, devices, faults, fingerprint, hostgpu, kernellog, known_issues, registry, torchapi, watchdog
 from .context import ProbeContext
@@ -27,44 +27,19 @@ from .devices import GPU_VISIBLE
 from .errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from .exitcodes import BY_MEANING, signatures
 from .launch import ChildProcess, IsolationServerDied, SpawnLauncher
-from .model import DeviceInfo, Status, Variant, Verdict
-from .options import FIRST_USE_LIMIT_S, ISOLATIONS
+from .model import DeviceInfo, Status, Variant, Verdict, preloads
+from .options import FIRST_USE_LIMIT_S, RunOptions
 from .registry import module_file
 from .safetext import clean, clean_env, clean_tree
 from .storage import SCHEMA, SCHEMA_VERSION, Journal, new_run_id, report_json, report_paths, write_atomic
 from .verdicts import assemble, end_summary, outcome, read_result, read_text
-from .watchdog import TEARDOWN_WAIT_S, ChildEnd, supervise
+from .watchdog import ChildEnd, supervise
 
 NO_BINARY = next(m for m, sig in BY_MEANING.items() if sig.id == "hip-no-binary-for-gpu")
 FACTS_TIMEOUT_S = 120.0
 CANARY_TIMEOUT_S = 20.0  # runtime init and one tiny kernel; a device that needs longer is not usable
 CANARY_CALL = "rocmcheck.child:device_canary"
 CANARY_PROBE = "device-canary"  # the name faults are injected under: --inject hang@device-canary
-
-
-def default_isolation() -> str:
-    return "zygote" if os.name == "posix" and hasattr(os, "fork") else "spawn"
-
-
-@dataclass
-class RunOptions:
-    device: str = "auto"
-    isolation: str = field(default_factory=default_isolation)
-    timeout: Optional[float] = None  # overrides every probe's own timeout, and bounds first use too
-    first_use_timeout: Optional[float] = None  # bounds `ctx.first_use()` apart from the timeout (default: 120 s)
-    inject: str = ""  # fault spec, see rocmcheck.faults
-    profile: str = "full"
-    probes_paths: List[str] = field(default_factory=list)
-    env: Dict[str, str] = field(default_factory=dict)  # set in every child
-    preload: List[str] = field(default_factory=list)  # modules imported once by the zygote
-    out_dir: Path = Path("reports")
-    json_path: Optional[Path] = None
-    md_path: Optional[Path] = None
-    write_files: bool = True
-    command: str = "run"
-    teardown_wait: float = TEARDOWN_WAIT_S  # how long a SIGKILLed child may take to go before it is unkillable
-    needs_torch: bool = True  # False for `rocmcheck env`, which reports a missing torch as a fact
-    expect_gpus: Optional[int] = None  # fewer GPUs seen fails gpu-visible (a fleet's node check)
 
 
 class Runner:
@@ -77,9 +52,7 @@ class Runner:
         self.markdown = markdown  # renders the report's Markdown file: the runner renders nothing itself
         self.on_verdict = on_verdict or (lambda v: None)
         self.on_note = on_note or (lambda s: None)
-        faults.prepare(faults.parse(options.inject))  # a bad fault spec is a usage error before any child starts
-        if options.isolation not in ISOLATIONS:
-            raise UsageError(f"--isolation must be one of {', '.join(ISOLATIONS)}, not '{options.isolation}'")
+        faults.prepare(faults.parse(options.inject))  # what the faults need done once in the parent (a build)
         self.run_id = new_run_id()
         self.tmp = scratch_dir()
         self.notes: List[str] = []
@@ -385,8 +358,10 @@ class Runner:
 
     # --- the whole run -----------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the launcher, resolve the device and open the journal (once per run)."""
+    def start(self, variants: Sequence[Variant] = ()) -> None:
+        """Start the launcher (its zygote preloads what `variants` declare), resolve the device
+        and open the journal (once per run)."""
+        self.opts = replace(self.opts, preload=sorted(set(self.opts.preload) | set(preloads(variants))))
         self.check_torch_version()
         self._start_launcher()
         self.resolve_device()
@@ -484,7 +459,7 @@ class Runner:
         previous = signal.signal(signal.SIGTERM, raise_interrupted) if in_main else None
         interrupted: Optional[str] = None
         try:
-            self.start()
+            self.start(variants)
             self.run_queues(self.with_baselines(self.with_gpu_check(variants)))
             if after is not None:
                 after()
