@@ -433,6 +433,18 @@ class Runner:
         if errors:
             raise errors[0]
 
+    @contextlib.contextmanager
+    def running(self, what: str) -> Iterator[None]:
+        """Name `what` as running now (e.g. a doctor attempt). An interrupt inside leaves it named,
+        on purpose: the report says what was interrupted."""
+        self.current = what
+        yield
+        self.current = None
+
+    def add_section(self, name: str, data: Any) -> None:
+        """A section of the report beside the verdicts (doctor's results), replaced when added again."""
+        self.sections[name] = data
+
     def close_launcher(self) -> None:
         if self.launcher is not None:
             self.launcher.close()
