@@ -27,18 +27,16 @@ def run_probes(probe: str = "*", inject: str = "", device: str = "cpu", isolatio
                gate_only: bool = False, first_use_timeout: Optional[float] = None) -> List[dict]:
     """Run probes through the real runner (children, watchdog) and return verdict dicts."""
     from rocmcheck import registry
-    from rocmcheck.runner import RunOptions
+    from rocmcheck.options import RunOptions, default_isolation
+    from rocmcheck.runner import Runner
     from rocmcheck.selection import select
-    from rocmcheck.session import run_variants
 
     specs = registry.load_all(probes_path)
     variants = select(specs, [probe], keyword, gate_only=gate_only)
-    opts = RunOptions(device=device, inject=inject, timeout=timeout, first_use_timeout=first_use_timeout,
-                      probes_paths=list(probes_path),
+    opts = RunOptions(device=device, isolation=isolation or default_isolation(), inject=inject, timeout=timeout,
+                      first_use_timeout=first_use_timeout, probes_paths=list(probes_path),
                       env=dict(env or {}), profile=profile, write_files=False)
-    if isolation:
-        opts.isolation = isolation
-    return run_variants(opts, variants)["verdicts"]
+    return Runner(opts).run(variants)["verdicts"]
 
 
 def by_variant(verdicts: List[dict]) -> Dict[str, dict]:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from rocmcheck import registry
-from rocmcheck.runner import Runner, RunOptions
+from rocmcheck.options import RunOptions
+from rocmcheck.runner import Runner
 from rocmcheck.selection import select
 
 FAKE = str(Path(__file__).resolve().parent.parent / "tests" / "fake_probes")

@@ -37,12 +37,15 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import known_issues
 from .errors import UsageError
 from .model import DeviceInfo, Status, Variant, Verdict
 from .storage import parse_json, read_text
+
+if TYPE_CHECKING:
+    from .runner import Runner
 
 SCHEMA = "rocmcheck-workarounds/1"
 BUILTIN_FILE = Path(__file__).parent / "data" / "workarounds.json"
@@ -256,7 +259,7 @@ class Case:
 class Doctor:
     """Baselines, then candidates, every run through the one Runner of this doctor session."""
 
-    def __init__(self, runner: Any, candidates: Dict[str, Candidate], repeats: int, budget_s: float,
+    def __init__(self, runner: "Runner", candidates: Dict[str, Candidate], repeats: int, budget_s: float,
                  say: Callable[[str], None] = lambda line: print(line, flush=True)):
         self.runner = runner
         self.candidates = candidates
@@ -268,7 +271,7 @@ class Doctor:
         self.overhead: Dict[bool, float] = {False: 0.0, True: 0.0}  # launch cost by fresh interpreter or not
 
     def examine(self, cases: List[Case]) -> None:
-        """Diagnose `cases` (after runner.start()); results go to runner.sections["doctor"]."""
+        """Diagnose `cases` (after runner.start()); results go to the report's "doctor" section."""
         self.cases = cases
         self.deadline = time.monotonic() + self.budget_s
         for case in cases:
@@ -280,7 +283,6 @@ class Doctor:
             for case in cases:
                 if rank < len(case.queue) and case.state(self.repeats) in ("fails", "flaky"):
                     self._try(case, case.queue[rank][0])
-        self.runner.current = None
 
     def _plan(self, case: Case) -> None:
         """The candidates that apply to this variant, documented (known-issue) ones first, then by cost."""
@@ -328,9 +330,9 @@ class Doctor:
             return None
         full = self.runner.opts.timeout or variant.spec.timeout
         timeout = min(full, left)
-        self.runner.current = label
         began = time.monotonic()
-        verdict = self.runner.run_variant(variant, env, timeout)
+        with self.runner.running(label):
+            verdict = self.runner.run_variant(variant, env, timeout)
         self.overhead[fresh] = max(self.overhead[fresh], time.monotonic() - began - verdict.duration_s)
         case.longest = max(case.longest, verdict.duration_s)
         self.say(f"  doctor {verdict.status.value.upper():>5}  {label} (run {tally.runs + 1})  "
@@ -341,7 +343,7 @@ class Doctor:
         return verdict
 
     def _publish(self) -> None:
-        self.runner.sections["doctor"] = [case.to_dict(self.repeats) for case in self.cases]
+        self.runner.add_section("doctor", [case.to_dict(self.repeats) for case in self.cases])
 
 
 def failing_variants(source: Dict[str, Any], specs: Mapping[str, Any], chosen: Optional[set],

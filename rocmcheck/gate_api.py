@@ -8,9 +8,10 @@ from typing import Iterable, List, Optional
 from . import registry
 from .errors import GateFailed
 from .model import Verdict
+from .options import Given, RunOptions
 from .render import failing_line, markdown_report
-from .runner import RunOptions
-from .session import gate_variants, run_variants
+from .runner import Runner
+from .selection import gate_variants
 
 
 def _gpu_already_initialised() -> bool:
@@ -28,20 +29,20 @@ def gate(device: str = "auto", require: Iterable[str] = (), timeout: Optional[fl
     interrupted: no verdict (UNKNOWN), never a NO-GO the node did not earn. Safe to call after this
     process initialised the GPU: children are then spawned fresh, never forked.
     Writes no report files unless `out_dir` is given. `expect_gpus` fails the gate when torch
-    sees fewer GPUs (a node in a fleet whose GPU count is known).
+    sees fewer GPUs (a node in a fleet whose GPU count is known). As the command, an argument not
+    given is read from the environment ($ROCMCHECK_INJECT, $ROCMCHECK_EXPECT_GPUS).
     """
-    specs = registry.load_all(probes_path)
-    variants = gate_variants(specs, require)
     if isolation is None and _gpu_already_initialised():
         isolation = "spawn"
-    options = RunOptions(device=device, timeout=timeout, inject=inject, profile="gate",
-                         probes_paths=list(probes_path), write_files=out_dir is not None,
-                         out_dir=Path(out_dir or "reports"), command="gate", expect_gpus=expect_gpus)
-    if isolation:
-        options.isolation = isolation
+    given = Given({"device": device, "isolation": isolation, "timeout": timeout, "inject": inject,
+                   "probes_path": list(probes_path), "expect_gpus": expect_gpus}, named="rocmcheck.gate({name}=...)")
+    out = Path(out_dir) if out_dir is not None else None
+    options = RunOptions.build(given, folders={"rocmcheck.gate(out_dir=...)": out}, profile="gate", command="gate",
+                               write_files=out is not None, out_dir=out or Path("reports"))
+    variants = gate_variants(registry.load_all(options.probes_paths), require)
     say = (lambda v: print(f"rocmcheck gate: {v.status.value.upper():>5} {v.variant}", file=sys.stderr)) \
         if verbose else None
-    report = run_variants(options, variants, on_verdict=say, markdown=markdown_report)
+    report = Runner(options, on_verdict=say, markdown=markdown_report).run(variants)
     verdicts = [Verdict.from_dict(v) for v in report["verdicts"]]
     if report["run"]["partial"]:
         raise KeyboardInterrupt(f"rocmcheck gate: interrupted during {report['run'].get('interrupted')}: "

@@ -23,7 +23,7 @@ import contextlib
 import signal
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 from . import faults, watchdog
 from .capture import OutputDrain
@@ -51,11 +51,11 @@ class Worker:
 class Isolation:
     """The run's launcher and workers; every child of a run starts here."""
 
-    def __init__(self, mode: str, probes_paths: List[str], preload: List[str], run_env: Dict[str, str],
-                 inject: str, teardown_wait: float, note: Callable[[str], None]):
+    def __init__(self, mode: str, probes_paths: Sequence[str], run_env: Dict[str, str], inject: str,
+                 teardown_wait: float, note: Callable[[str], None]):
         self.mode = mode  # zygote or spawn: what the run uses now (zygote may fall back)
         self.probes_paths = [str(p) for p in probes_paths]
-        self.preload = list(preload)
+        self.preload: List[str] = []  # modules the zygote and standby interpreters import ahead of tasks
         self.run_env = dict(run_env)  # set in every child
         self.faults = faults.parse(inject)
         self.teardown_wait = teardown_wait
@@ -67,8 +67,9 @@ class Isolation:
 
     # --- the launcher ----------------------------------------------------------------------
 
-    def start(self) -> None:
-        """The zygote server (torch imported once), or spawn where it is unusable."""
+    def start(self, preload: Sequence[str] = ()) -> None:
+        """The zygote server (torch and `preload` imported once), or spawn where it is unusable."""
+        self.preload = list(preload)
         if self.mode == "zygote":
             from .zygote import ZygoteLauncher
 

@@ -1,20 +1,22 @@
-"""The run options, declared once for both front-ends: the `rocmcheck` command line and the
-pytest plugin (`--rocm-*` options, `rocm_*` ini keys).
+"""The run options, declared once for both front-ends (the `rocmcheck` command line and the
+pytest plugin's `--rocm-*` options and `rocm_*` ini keys), and `RunOptions`, built from them.
 
 `add_to_argparse` and `add_to_pytest` build each front-end's options from `OPTIONS`, as
-pytest-benchmark reuses its option functions; `layered` reads one value ini < environment <
-command line, as pytest-timeout does, and a bad value is a UsageError naming where it came
-from (`--rocm-timeout`, `ini option rocm_isolation`, `$ROCMCHECK_EXPECT_GPUS`). It imports
-almost nothing: the pytest plugin loads it in every pytest run, `--rocm-matrix` or not.
+pytest-benchmark reuses its option functions. Each front-end (the commands, the plugin,
+`rocmcheck.gate()`) hands what it was given to `RunOptions.build` as a `Given`: the one place
+that reads each value command line > environment > ini (as pytest-timeout does) and checks
+every option before anything runs; a bad value is a UsageError naming where it came from
+(`--rocm-timeout`, `ini option rocm_isolation`, `$ROCMCHECK_EXPECT_GPUS`). It imports almost
+nothing: the pytest plugin loads it in every pytest run, `--rocm-matrix` or not.
 """
 from __future__ import annotations
 
 import argparse
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .errors import UsageError
 
@@ -147,15 +149,86 @@ def check(name: str, value: Any, where: str) -> Any:
         raise UsageError(f"{where} must be {option.requirement}, not '{value}'") from None
 
 
-def layered(name: str, command_line: Any, flag: str, ini: Any = None, ini_key: str = "") -> Any:
-    """Option `name`: the command line over the environment over the ini file, checked
-    (None when none of them sets it; an empty environment variable does not)."""
-    option = OPTIONS[name]
-    from_env = os.environ.get(option.env, "") if option.env else ""
-    for value, where in ((command_line, flag), (from_env, f"${option.env}"), (ini, f"ini option {ini_key}")):
-        if value not in (None, ""):
-            return check(name, value, where)
-    return None
+@dataclass(frozen=True)
+class Given:
+    """What one front-end was given for the table's options: its command line (option name ->
+    value, None or empty where not given, for every option it offers: one it does not offer is
+    not read from the environment either), under pytest its ini file, and how it names an
+    option in an error (`named`, a format of the option's `name` or `dashed` name)."""
+
+    command_line: Mapping[str, Any]
+    named: str = "--{dashed}"
+    ini: Mapping[str, Any] = field(default_factory=dict)
+
+    def value(self, name: str) -> Any:
+        """Option `name`: the command line over the environment over the ini file, checked
+        (None when none of them sets it; an empty environment variable does not)."""
+        if name not in self.command_line:
+            return None
+        option = OPTIONS[name]
+        flag = self.named.format(name=name, dashed=name.replace("_", "-"))
+        from_env = os.environ.get(option.env, "") if option.env else ""
+        for value, where in ((self.command_line.get(name), flag), (from_env, f"${option.env}"),
+                             (self.ini.get(name), f"ini option rocm_{name}")):
+            if value is not None and value not in ("", []):
+                return check(name, value, where)
+        return None
+
+
+def default_isolation() -> str:
+    return "zygote" if os.name == "posix" and hasattr(os, "fork") else "spawn"
+
+
+def _teardown_wait() -> float:
+    from .watchdog import TEARDOWN_WAIT_S  # imported on use: the plugin loads this module in every pytest run
+
+    return TEARDOWN_WAIT_S
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """One run's options. `build` makes them from a front-end's input and checks them all there,
+    once: nothing downstream checks again. Made directly (tests, benchmarks), they are trusted."""
+
+    device: str = "auto"
+    isolation: str = field(default_factory=default_isolation)
+    timeout: Optional[float] = None  # overrides every probe's own timeout, and bounds first use too
+    first_use_timeout: Optional[float] = None  # bounds `ctx.first_use()` apart from the timeout (default: 120 s)
+    inject: str = ""  # fault spec, see rocmcheck.faults
+    profile: str = "full"
+    probes_paths: List[str] = field(default_factory=list)
+    env: Dict[str, str] = field(default_factory=dict)  # set in every child
+    preload: List[str] = field(default_factory=list)  # modules imported once by the zygote
+    out_dir: Path = Path("reports")
+    json_path: Optional[Path] = None
+    md_path: Optional[Path] = None
+    write_files: bool = True
+    command: str = "run"
+    teardown_wait: float = field(default_factory=_teardown_wait)  # how long a SIGKILLed child may take to go
+    needs_torch: bool = True  # False for `rocmcheck env`, which reports a missing torch as a fact
+    expect_gpus: Optional[int] = None  # fewer GPUs seen fails gpu-visible (a fleet's node check)
+
+    @classmethod
+    def build(cls, given: Given, folders: Optional[Mapping[str, Optional[Path]]] = None,
+              files: Optional[Mapping[str, Optional[Path]]] = None, profile: Optional[str] = None,
+              **fixed: Any) -> "RunOptions":
+        """The options of one run from what a front-end was given, each checked now, before any
+        probe runs: where it will write (`folders` and `files` by flag, see `check_outputs`), the
+        probes paths (their modules load, so the faults they declare are known to the fault spec),
+        every option of the table, then $ROCMCHECK_KNOWN_ISSUES. `profile`: gate under
+        --gate-only, else full, unless the command fixes it; `fixed`: the fields no option sets."""
+        from . import known_issues, registry
+
+        check_outputs(dict(folders or {}), dict(files or {}))
+        probes_paths = [str(p) for p in given.value("probes_path") or []]
+        registry.load_all(probes_paths)
+        options = cls(device=given.value("device") or "auto", isolation=given.value("isolation") or default_isolation(),
+                      timeout=given.value("timeout"), first_use_timeout=given.value("first_use_timeout"),
+                      inject=given.value("inject") or "", probes_paths=probes_paths,
+                      expect_gpus=given.value("expect_gpus"),
+                      profile=profile or ("gate" if given.value("gate_only") else "full"), **fixed)
+        known_issues.entries()  # a broken file is bad input now, not at the first failure
+        return options
 
 
 def argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -169,7 +242,7 @@ def argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 def add_to_argparse(parser: argparse.ArgumentParser, *names: str) -> None:
-    """`--NAME` for each option (the environment and checks other than `at_parse` come in `layered`)."""
+    """`--NAME` for each option (the environment and checks other than `at_parse` come in `RunOptions.build`)."""
     for name in names:
         o = OPTIONS[name]
         help_text = o.help_text

@@ -33,6 +33,7 @@ import pytest
 
 if TYPE_CHECKING:
     from .model import Variant, Verdict
+    from .options import RunOptions
     from .runner import Runner
 
 GROUP = "rocmcheck"
@@ -96,55 +97,35 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # --- settings: command line over ini file, each error naming where the value came from --------
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
-    out_dir: Path
-    device: str = "auto"
-    timeout: Optional[float] = None
-    first_use_timeout: Optional[float] = None
-    isolation: Optional[str] = None
-    probes_paths: Tuple[str, ...] = ()
-    gate_only: bool = False
+    """What --rocm-matrix runs with: the run's options, and what only the plugin does with its
+    report (judge it against a baseline, write an HTML page)."""
+
+    options: "RunOptions"
     baseline: Optional[Path] = None
-    inject: str = ""
     html: Optional[Path] = None
 
 
-def _setting(config: pytest.Config, name: str) -> Any:
-    """Option `name`: the command line over the environment over the ini file, checked."""
-    from .options import OPTIONS, layered
-
-    ini = config.getini(f"rocm_{name}") if OPTIONS[name].ini else None
-    return layered(name, config.getoption(f"rocm_{name}"), f"--rocm-{name.replace('_', '-')}", ini, f"rocm_{name}")
-
-
 def read_settings(config: pytest.Config) -> Settings:
-    """Every setting, validated now: a bad value is a usage error before any probe runs."""
-    from . import known_issues
-    from .options import check_outputs
+    """Every setting, checked now (the run's in `RunOptions.build`): a bad value is a usage error
+    before any probe runs. Paths on the command line are relative to where pytest was started,
+    those of the ini file to its folder."""
+    from .options import OPTIONS, Given, RunOptions
 
     here = config.invocation_params.dir
-    cli_paths = config.getoption("rocm_probes_path")
-    baseline = config.getoption("rocm_baseline")
-    ini_dir = config.inipath.parent if config.inipath else config.rootpath
+    given = {name: config.getoption(f"rocm_{name}") for name in SHARED}
+    if given["probes_path"]:
+        given["probes_path"] = [str(here / p) for p in given["probes_path"]]
+    ini = {name: config.getini(f"rocm_{name}") for name in SHARED if OPTIONS[name].ini}
     out_dir = here / config.getoption("rocm_matrix")
     html = here / config.getoption("rocm_html") if config.getoption("rocm_html") else None
-    check_outputs({"--rocm-matrix": out_dir}, {"--rocm-html": html})
-    known_issues.entries()  # a broken $ROCMCHECK_KNOWN_ISSUES file: a usage error now, not at the first failure
-    return Settings(
-        out_dir=out_dir,
-        device=_setting(config, "device") or "auto",
-        timeout=_setting(config, "timeout"),
-        first_use_timeout=_setting(config, "first_use_timeout"),
-        isolation=_setting(config, "isolation"),
-        probes_paths=tuple(str(here / p) for p in cli_paths) if cli_paths is not None
-        else tuple(str(p) for p in config.getini("rocm_probes_path")),
-        gate_only=bool(_setting(config, "gate_only")),
-        baseline=here / baseline if baseline else (ini_dir / config.getini("rocm_baseline")
-                                                   if config.getini("rocm_baseline") else None),
-        inject=_setting(config, "inject") or "",
-        html=html,
-    )
+    options = RunOptions.build(Given(given, named="--rocm-{dashed}", ini=ini), folders={"--rocm-matrix": out_dir},
+                               files={"--rocm-html": html}, command="pytest", out_dir=out_dir)
+    ini_dir = config.inipath.parent if config.inipath else config.rootpath
+    baseline = here / given["baseline"] if given["baseline"] else (ini_dir / ini["baseline"] if ini["baseline"]
+                                                                   else None)
+    return Settings(options, baseline, html)
 
 
 # --- items --------------------------------------------------------------------------------
@@ -234,7 +215,8 @@ class MatrixPlugin:
                 f"rocmcheck: probes share one GPU and must run one at a time, which --dist "
                 f"{config.getoption('dist')} cannot promise: add --dist loadgroup (the probe items carry "
                 f"xdist_group('{XDIST_GROUP}')), or use loadscope or loadfile")
-        self.variants = select(registry.load_all(settings.probes_paths), gate_only=settings.gate_only)
+        self.variants = select(registry.load_all(settings.options.probes_paths),
+                               gate_only=settings.options.profile == "gate")
         self.baseline: Optional[Dict[str, Any]] = None
         self.baseline_statuses: Dict[str, str] = {}
         if settings.baseline is not None:
@@ -261,7 +243,7 @@ class MatrixPlugin:
         if not self.distributed:
             return None  # the header comes after collection, once the device is resolved
         return (f"rocmcheck: {len(self.variants)} probe variants, run one at a time across xdist workers; "
-                f"device {self.settings.device}, isolation {self.settings.isolation or 'default'}")
+                f"device {self.settings.options.device}, isolation {self.settings.options.isolation}")
 
     def pytest_report_collectionfinish(self, config: pytest.Config, items: List[pytest.Item]) -> Optional[str]:
         if self.is_worker:
@@ -270,7 +252,8 @@ class MatrixPlugin:
         if not count:
             return "rocmcheck: no probe variant selected"
         if config.getoption("collectonly"):
-            return f"rocmcheck: {count} probe variants (device {self.settings.device}, not resolved: --collect-only)"
+            return (f"rocmcheck: {count} probe variants (device {self.settings.options.device}, "
+                    "not resolved: --collect-only)")
         runner = self.start()
         dev = runner.device
         arch = f", arch {dev.arch}" if dev.arch else ""
@@ -285,20 +268,12 @@ class MatrixPlugin:
         if self.runner is not None:
             return self.runner
         from .errors import TorchMissing, UsageError
-        from .model import preloads
         from .render import markdown_report
-        from .runner import Runner, RunOptions
+        from .runner import Runner
 
-        s = self.settings
-        opts = RunOptions(device=s.device, timeout=s.timeout, first_use_timeout=s.first_use_timeout, inject=s.inject,
-                          probes_paths=list(s.probes_paths),
-                          profile="gate" if s.gate_only else "full", out_dir=s.out_dir, command="pytest",
-                          preload=preloads(self.variants))
-        if s.isolation:
-            opts.isolation = s.isolation
-        runner = Runner(opts, markdown=markdown_report)
+        runner = Runner(self.settings.options, markdown=markdown_report)
         try:
-            runner.start()
+            runner.start(self.variants)
         except UsageError as exc:
             runner.close_launcher()
             raise pytest.UsageError(f"rocmcheck: {exc}") from None

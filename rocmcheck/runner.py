@@ -7,6 +7,7 @@ with a partial report that names the interrupted probe.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -15,72 +16,29 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
-from . import __version__, faults, fingerprint, hostgpu, kernellog, known_issues, registry, torchapi
+from . import __version__, devices, faults, fingerprint, hostgpu, kernellog, known_issues, registry, torchapi
 from .context import ProbeContext
+from .devices import GPU_VISIBLE
 from .errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from .exitcodes import BY_MEANING, signatures
 from .isolation import Isolation
-from .model import DeviceInfo, Status, Variant, Verdict
-from .options import FIRST_USE_LIMIT_S, ISOLATIONS
+from .model import DeviceInfo, Status, Variant, Verdict, preloads
+from .options import FIRST_USE_LIMIT_S, RunOptions
 from .safetext import clean, clean_env, clean_tree
 from .storage import SCHEMA, SCHEMA_VERSION, Journal, new_run_id, report_json, report_paths, write_atomic
 from .task import Task
 from .verdicts import assemble, confirmed, end_summary, outcome, read_result, read_text
-from .watchdog import TEARDOWN_WAIT_S, ChildEnd
+from .watchdog import ChildEnd
 
 NO_BINARY = next(m for m, sig in BY_MEANING.items() if sig.id == "hip-no-binary-for-gpu")
-GPU_VISIBLE = "gpu-visible"  # the probe that fails when the host has GPUs that torch cannot use
 FACTS_TIMEOUT_S = 120.0
 CANARY_TIMEOUT_S = 20.0  # runtime init and one tiny kernel; a device that needs longer is not usable
 CANARY_CALL = "rocmcheck.child:device_canary"
 CANARY_PROBE = "device-canary"  # the name faults are injected under: --inject hang@device-canary
-
-
-def device_indexes(wanted: str, count: int) -> List[int]:
-    """The GPUs `--device` names: auto = every visible GPU (inside a torchrun rank, LOCAL_RANK's
-    own), all = every visible GPU, TYPE:N[,M...] = those (TYPE: cuda, or simgpu for simulated GPUs)."""
-    if wanted == "auto":
-        return [local_rank()] if "LOCAL_RANK" in os.environ else list(range(count))
-    if wanted == "all":
-        return list(range(count))
-    return [int(i) for i in wanted.split(":", 1)[1].split(",")]
-
-
-def local_rank() -> int:
-    """Inside a torchrun (or Slurm) rank, `auto` means this rank's own GPU."""
-    raw = os.environ.get("LOCAL_RANK", "0")
-    if not raw.isdigit():
-        raise UsageError(f"LOCAL_RANK must be a whole number, not '{raw}'")
-    return int(raw)
-
-
-def default_isolation() -> str:
-    return "zygote" if os.name == "posix" and hasattr(os, "fork") else "spawn"
-
-
-@dataclass
-class RunOptions:
-    device: str = "auto"
-    isolation: str = field(default_factory=default_isolation)
-    timeout: Optional[float] = None  # overrides every probe's own timeout, and bounds first use too
-    first_use_timeout: Optional[float] = None  # bounds `ctx.first_use()` apart from the timeout (default: 120 s)
-    inject: str = ""  # fault spec, see rocmcheck.faults
-    profile: str = "full"
-    probes_paths: List[str] = field(default_factory=list)
-    env: Dict[str, str] = field(default_factory=dict)  # set in every child
-    preload: List[str] = field(default_factory=list)  # modules imported once by the zygote
-    out_dir: Path = Path("reports")
-    json_path: Optional[Path] = None
-    md_path: Optional[Path] = None
-    write_files: bool = True
-    command: str = "run"
-    teardown_wait: float = TEARDOWN_WAIT_S  # how long a SIGKILLed child may take to go before it is unkillable
-    needs_torch: bool = True  # False for `rocmcheck env`, which reports a missing torch as a fact
-    expect_gpus: Optional[int] = None  # fewer GPUs seen fails gpu-visible (a fleet's node check)
 
 
 class Runner:
@@ -93,15 +51,13 @@ class Runner:
         self.markdown = markdown  # renders the report's Markdown file: the runner renders nothing itself
         self.on_verdict = on_verdict or (lambda v: None)
         self.on_note = on_note or (lambda s: None)
-        faults.prepare(faults.parse(options.inject))  # a bad fault spec is a usage error before any child starts
-        if options.isolation not in ISOLATIONS:
-            raise UsageError(f"--isolation must be one of {', '.join(ISOLATIONS)}, not '{options.isolation}'")
+        faults.prepare(faults.parse(options.inject))  # what the faults need done once in the parent (a build)
         self.run_id = new_run_id()
         self.tmp = scratch_dir()
         self.notes: List[str] = []
         self.verdicts: List[Verdict] = []
-        self.isolation = Isolation(options.isolation, options.probes_paths, options.preload, options.env,
-                                   options.inject, options.teardown_wait, self.note)
+        self.isolation = Isolation(options.isolation, options.probes_paths, options.env, options.inject,
+                                   options.teardown_wait, self.note)
         self.device = DeviceInfo()  # the first (or only) device under test
         self.devices: List[DeviceInfo] = [self.device]  # every device under test, one queue each
         self.facts: Dict[str, Any] = {}
@@ -163,9 +119,8 @@ class Runner:
                                f"{choice.command(sys.executable)}")
 
     def resolve_device(self) -> None:
-        """Ask a child for device facts, hold them against the host's own GPU inventory, then
-        turn `--device` into a DeviceInfo. `auto` falls back to the CPU only on a host without
-        GPUs; a GPU host whose torch sees none is a failure, never a CPU self-test."""
+        """Ask a child for device facts; `devices.resolve` holds them against the host's own GPU
+        inventory and `--device`. A torch that cannot be imported stops the run here."""
         task = self._task(call="rocmcheck.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S)  # faults: in_facts only
         end = self.isolation.run(task, {}, fresh=False)
         result = read_result(task.files.result)
@@ -178,32 +133,11 @@ class Runner:
             choice = hostgpu.torch_choice(hostgpu.read())
             raise TorchMissing(f"torch cannot be imported here ({self.facts['torch_error']}), so nothing can be "
                                f"assessed; {choice.reason}: {choice.command(sys.executable)}")
-        count = int(self.facts.get("device_count") or 0)
-        backend = self.facts.get("backend") or "cpu"
-        wanted = self.opts.device
-        found = hostgpu.diagnose(hostgpu.read(), self.facts)
-        problem = found and found.message
-        if problem and wanted == "cpu":
-            self.note(f"the host's GPUs are left out on purpose (--device cpu): CPU self-test only ({problem})")
-        elif problem:
-            self.gpu_problem = problem
-            self.note(f"NO-GO: {problem}")
-            wanted = "cpu"
-        elif wanted in ("auto", "all") and not count:
-            wanted = "cpu"
-            self.note("no GPU on this host: running on the CPU; GPU-only probes are skipped")
-        if wanted == "cpu":
-            self.devices = [DeviceInfo("cpu", "cpu", count, None)]
-        else:
-            indexes = device_indexes(wanted, count)
-            kind = self.facts.get("device_type") or "cuda"  # torch's device type: cuda (ROCm too) or simgpu
-            missing = [i for i in indexes if i >= count]
-            if missing:
-                raise UsageError(f"device {kind}:{missing[0]} is not present ({count} GPU{'s' if count != 1 else ''} "
-                                 "visible)")
-            devices = self.facts.get("devices") or []
-            self.devices = [DeviceInfo(f"{kind}:{i}", backend, count, ((devices[i] if i < len(devices) else None)
-                                                                    or {}).get("arch")) for i in indexes]
+        chosen = devices.resolve(self.opts.device, self.facts, hostgpu.read())
+        for text in chosen.notes:
+            self.note(text)
+        self.gpu_problem = chosen.gpu_problem
+        self.devices = chosen.devices
         self.device = self.devices[0]
 
     def arch_fix(self) -> str:
@@ -241,15 +175,6 @@ class Runner:
                 "device": {"name": dev.name, "backend": dev.backend, "count": dev.count, "arch": dev.arch,
                            "under_test": [d.name for d in self.devices]}}
 
-    def device_label(self, device: DeviceInfo) -> Dict[str, Any]:
-        """What names a GPU in a verdict: its torch name and index, arch, PCI address, UUID."""
-        if device.kind == "cpu":
-            return {"name": "cpu"}
-        index = int(device.name.split(":")[1])
-        facts = (self.facts.get("devices") or [None] * (index + 1))[index] or {}
-        return {"name": device.name, "index": index, "arch": device.arch, "model": facts.get("name"),
-                "pci_address": facts.get("pci_address"), "uuid": facts.get("uuid")}
-
     # --- one variant -------------------------------------------------------------------
 
     def run_variant(self, variant: Variant, env: Optional[Dict[str, str]] = None,
@@ -259,7 +184,7 @@ class Runner:
         replaces the variant's own (doctor's attempts)."""
         device = device or self.device
         verdict = self._run_variant(variant, env, timeout, device)
-        verdict.device = self.device_label(device)
+        verdict.device = devices.label(device, self.facts)
         return verdict
 
     def _run_variant(self, variant: Variant, env: Optional[Dict[str, str]], timeout: Optional[float],
@@ -372,10 +297,12 @@ class Runner:
 
     # --- the whole run -----------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the launcher, resolve the device and open the journal (once per run)."""
+    def start(self, variants: Sequence[Variant] = ()) -> None:
+        """Start the launcher (its zygote preloads what `variants` declare), resolve the device
+        and open the journal (once per run)."""
+        self.opts = replace(self.opts, preload=sorted(set(self.opts.preload) | set(preloads(variants))))
         self.check_torch_version()
-        self.isolation.start()
+        self.isolation.start(self.opts.preload)
         self.resolve_device()
         if self.opts.write_files:
             path = self.paths()["jsonl"]
@@ -443,6 +370,18 @@ class Runner:
         if errors:
             raise errors[0]
 
+    @contextlib.contextmanager
+    def running(self, what: str) -> Iterator[None]:
+        """Name `what` as running now (e.g. a doctor attempt). An interrupt inside leaves it named,
+        on purpose: the report says what was interrupted."""
+        self.current = what
+        yield
+        self.current = None
+
+    def add_section(self, name: str, data: Any) -> None:
+        """A section of the report beside the verdicts (doctor's results), replaced when added again."""
+        self.sections[name] = data
+
     def close_launcher(self) -> None:
         self.isolation.close()
 
@@ -467,7 +406,7 @@ class Runner:
         previous = signal.signal(signal.SIGTERM, raise_interrupted) if in_main else None
         interrupted: Optional[str] = None
         try:
-            self.start()
+            self.start(variants)
             self.run_queues(self.with_baselines(self.with_gpu_check(variants)))
             if after is not None:
                 after()

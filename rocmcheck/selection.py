@@ -1,4 +1,4 @@
-"""Choosing variants: `--probe ID` globs, `-k` keyword expressions, gate membership."""
+"""Choosing variants: `--probe ID` globs, `-k` keyword expressions, gate membership, the gate set."""
 from __future__ import annotations
 
 import fnmatch
@@ -84,3 +84,19 @@ def select(registry: Dict[str, ProbeSpec], probes: Iterable[str] = (), keyword: 
             if match_kw(variant.id):
                 chosen.append(variant)
     return chosen
+
+
+def gate_variants(specs: Dict[str, ProbeSpec], require: Iterable[str] = ()) -> List[Variant]:
+    """The gate set; `require` replaces it with the named probes (their gate variants, or
+    all their variants when they have none in the gate), which narrows or widens it."""
+    patterns = list(require)
+    if not patterns:
+        return select(specs, gate_only=True)
+    chosen: List[Variant] = []
+    for pattern in patterns:
+        for probe_variants in [select(specs, [pid]) for pid in sorted(specs) if fnmatch.fnmatchcase(pid, pattern)]:
+            in_gate = [v for v in probe_variants if v.in_gate()]
+            chosen.extend(in_gate or probe_variants)
+        if not any(fnmatch.fnmatchcase(pid, pattern) for pid in specs):
+            raise UsageError(f"unknown probe id '{pattern}' (see: rocmcheck list)")
+    return list({v.id: v for v in chosen}.values())

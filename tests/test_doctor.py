@@ -280,3 +280,24 @@ def test_env_candidate_already_in_effect_and_other_backend_do_not_apply():
     assert c.unmet(smoke, cuda, {}) == "for rocm builds; this is cuda"
     nccl = [v for v in specs["multigpu-nccl"].expand() if v.params["p2p"] == "disabled"][0]
     assert doctor.load_candidates()["nccl-p2p-off"].unmet(nccl, rocm, {}) == "already in effect"
+
+
+def test_the_attempt_running_stays_named_when_an_interrupt_ends_it():
+    """Doctor names each attempt through `Runner.running`: the report of an interrupted run says which."""
+    import shutil
+
+    from rocmcheck.options import RunOptions
+    from rocmcheck.runner import Runner
+
+    runner = Runner(RunOptions(write_files=False))
+    try:
+        with runner.running("doc-flaky[one] + retry"):
+            assert runner.current == "doc-flaky[one] + retry"
+        assert runner.current is None
+        with pytest.raises(KeyboardInterrupt), runner.running("doc-flaky[one] as it is"):
+            raise KeyboardInterrupt
+        assert runner.current == "doc-flaky[one] as it is"
+        runner.add_section("doctor", [{"variant": "doc-flaky[one]"}])
+        assert runner.report(partial=True, interrupted=runner.current)["doctor"] == [{"variant": "doc-flaky[one]"}]
+    finally:
+        shutil.rmtree(runner.tmp)

@@ -263,7 +263,8 @@ def test_a_broken_user_known_issues_file_is_a_usage_error(tmp_path, monkeypatch)
 
 
 def test_zygote_child_that_cannot_init_the_gpu_falls_back_to_spawn(monkeypatch):
-    from rocmcheck.runner import Runner, RunOptions
+    from rocmcheck.options import RunOptions
+    from rocmcheck.runner import Runner
 
     monkeypatch.setattr(Runner, "resolve_device", lambda self: setattr(self, "device", DeviceInfo()))
     variants = select(registry.load_all([FAKE]), ["fake-pass", "fake-warn"])
@@ -277,7 +278,8 @@ def test_zygote_child_that_cannot_init_the_gpu_falls_back_to_spawn(monkeypatch):
 
 def test_unkillable_child_is_abandoned_and_later_gpu_probes_skip(monkeypatch):
     from rocmcheck import isolation as isolation_mod
-    from rocmcheck.runner import Runner, RunOptions
+    from rocmcheck.options import RunOptions
+    from rocmcheck.runner import Runner
 
     real = isolation_mod.supervise
 
@@ -362,7 +364,8 @@ def test_a_probes_preload_is_imported_before_it_runs_and_only_when_selected(rocm
 
 
 def test_device_that_is_not_present_is_a_usage_error():
-    from rocmcheck.runner import Runner, RunOptions
+    from rocmcheck.options import RunOptions
+    from rocmcheck.runner import Runner
 
     with pytest.raises(UsageError, match="device cuda:3 is not present"):
         Runner(RunOptions(device="cuda:3", write_files=False)).run([])
@@ -374,7 +377,7 @@ def test_an_interrupted_gate_in_python_is_no_verdict_not_no_go(monkeypatch):
 
     partial = {"run": {"partial": True, "interrupted": "device-smoke"},
                "verdicts": [{"probe": "config-lint", "variant": "config-lint[env]", "status": "pass"}]}
-    monkeypatch.setattr(gate_api, "run_variants", lambda *args, **kwargs: partial)
+    monkeypatch.setattr(gate_api.Runner, "run", lambda self, variants: partial)
     with pytest.raises(KeyboardInterrupt, match="interrupted during device-smoke: no verdict"):
         gate_api.gate(device="cpu", probes_path=[FAKE], verbose=False)
 

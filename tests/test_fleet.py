@@ -1,5 +1,5 @@
 """The node verdict a scheduler reads (`gate --json -`), its exit contract, the expected GPU
-count, LOCAL_RANK inside a rank, a folder of node reports, and the multi-node recipe run for
+count, a folder of node reports, and the multi-node recipe run for
 real with torchrun over loopback (two "nodes", gloo on the CPU)."""
 from __future__ import annotations
 
@@ -89,17 +89,6 @@ def test_expected_gpus_missing_fails_the_gate_and_says_so(rocm_run, tmp_path, ca
     failure = {f["check"]: f for f in doc["failing"]}["gpu-visible"]  # added although not selected
     assert "expected 8 GPUs, torch sees 0" in failure["message"] and failure["action"].startswith("drain the node")
     assert by_variant(rocm_run(probe="device-smoke", device="cpu"))["device-smoke"]["status"] == "pass"
-
-
-def test_local_rank_picks_the_ranks_gpu_and_must_be_a_number(monkeypatch):
-    from rocmcheck.errors import UsageError
-    from rocmcheck.runner import local_rank
-
-    monkeypatch.setenv("LOCAL_RANK", "3")
-    assert local_rank() == 3
-    monkeypatch.setenv("LOCAL_RANK", "x")
-    with pytest.raises(UsageError, match="LOCAL_RANK must be a whole number"):
-        local_rank()
 
 
 def _node_report(path: Path, host: str, statuses: dict) -> None:

@@ -57,7 +57,8 @@ def test_unreadable_log_is_said_in_the_evidence(monkeypatch, tmp_path):
 
 
 def _run_on_a_gpu(monkeypatch, probes):
-    from rocmcheck.runner import Runner, RunOptions
+    from rocmcheck.options import RunOptions
+    from rocmcheck.runner import Runner
 
     monkeypatch.setattr(Runner, "resolve_device",
                         lambda self: setattr(self, "device", DeviceInfo("cuda:0", "rocm", 1, "gfx1100")))

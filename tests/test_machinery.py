@@ -22,8 +22,9 @@ import pytest
 from rocmcheck import registry
 from rocmcheck.launch import ChildProcess
 from rocmcheck.model import DeviceInfo
+from rocmcheck.options import RunOptions
 from rocmcheck.render import markdown_report
-from rocmcheck.runner import Runner, RunOptions
+from rocmcheck.runner import Runner
 from rocmcheck.selection import select
 
 FAKE = str(Path(__file__).parent / "fake_probes")

@@ -252,7 +252,8 @@ def test_a_posix_locale_lists_the_probes():
 
 def test_run_ids_differ_for_the_same_pid_and_second(monkeypatch):
     """Two containers whose entrypoint is PID 1, started in the same second."""
-    from rocmcheck.runner import Runner, RunOptions
+    from rocmcheck.options import RunOptions
+    from rocmcheck.runner import Runner
 
     monkeypatch.setattr(os, "getpid", lambda: 1)
     monkeypatch.setattr(time, "strftime", lambda fmt, *args: "20261124-120000")

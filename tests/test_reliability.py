@@ -50,9 +50,9 @@ BATCH = "fake-[a-o]*"  # with the three below: all but fake-skip and fake-sleep 
 def batch(request, tmp_path_factory):
     """All reliability cases in one run per isolation mode (one torch import, not twenty)."""
     from rocmcheck import registry
-    from rocmcheck.runner import RunOptions
+    from rocmcheck.options import RunOptions
+    from rocmcheck.runner import Runner
     from rocmcheck.selection import select
-    from rocmcheck.session import run_variants
 
     folder = tmp_path_factory.mktemp(f"pids-{request.param}")
     old = os.environ.get("ROCMCHECK_TEST_PIDDIR")
@@ -62,7 +62,7 @@ def batch(request, tmp_path_factory):
         opts = RunOptions(device="cpu", isolation=request.param, timeout=TIMEOUT, probes_paths=[FAKE],
                           write_files=False)
         start = time.monotonic()
-        report = run_variants(opts, variants)
+        report = Runner(opts).run(variants)
         elapsed = time.monotonic() - start
     finally:
         if old is None:

@@ -20,8 +20,8 @@ import pytest
 from conftest import isolated_env, linked_venv
 from rocmcheck import bugreport, fingerprint, registry, repro
 from rocmcheck.model import Status, Verdict, variant_id
-from rocmcheck.runner import RunOptions
-from rocmcheck.session import run_variants
+from rocmcheck.options import RunOptions
+from rocmcheck.runner import Runner
 
 FAKE_PROBES = '''
 import os
@@ -178,9 +178,8 @@ def outcome(fake_dir, tmp_path_factory):
     inject = ",".join(f"{fault}@{vid.split('[')[0]}" for vid, fault in RECORDED.items() if fault)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(*PLANTED_ENV)
-        report = run_variants(RunOptions(device="cpu", inject=inject, probes_paths=paths, write_files=False,
-                                         profile="gate"),  # the scripts then run the quick profile too
-                              [variants[vid] for vid in RECORDED])
+        report = Runner(RunOptions(device="cpu", inject=inject, probes_paths=paths, write_files=False,
+                                   profile="gate")).run([variants[vid] for vid in RECORDED])  # the scripts: quick too
         assert fingerprint.host_facts()["env"][PLANTED_ENV[0]] == PLANTED_ENV[1]
     recorded = {v["variant"]: v for v in report["verdicts"]}
     report["verdicts"] += [Verdict(v.spec.id, v.id, Status.FAIL, dict(v.params), "wrong result").to_dict()

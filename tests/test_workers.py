@@ -12,7 +12,8 @@ FAKE = str(Path(__file__).parent / "fake_probes")
 def _run(isolation, *probes, **kwargs):
     """The variants in the order given (the runner keeps it), as verdict dicts by variant."""
     from rocmcheck import registry
-    from rocmcheck.runner import Runner, RunOptions
+    from rocmcheck.options import RunOptions
+    from rocmcheck.runner import Runner
     from rocmcheck.selection import select
 
     specs = registry.load_all([FAKE])

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, TextIO
 from .. import __version__
 from ..errors import UsageError
 from ..model import ExitCode, Variant, Verdict, is_bad
-from ..options import add_to_argparse, check_outputs, layered
+from ..options import OPTIONS, Given, RunOptions, add_to_argparse
 from ..render import verdict_line
 from ..storage import report_paths
 
@@ -26,7 +26,6 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     """The options of every command that runs probes (run, gate, report, doctor)."""
     add_selection(p)
     add_to_argparse(p, "device", "isolation", "timeout", "first_use_timeout", "inject")
-    p.set_defaults(device="auto")
     p.add_argument("--out-dir", type=Path, default=Path("reports"), metavar="DIR",
                    help="where the journal, JSON and Markdown go (default: reports/)")
     p.add_argument("--json", type=Path, default=None, metavar="PATH",
@@ -36,20 +35,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--md", type=Path, default=None, metavar="PATH", help="also write the Markdown matrix here")
 
 
-def run_options(args: argparse.Namespace, profile: str, command: str) -> Any:
+def run_options(args: argparse.Namespace, command: str, profile: Optional[str] = None) -> RunOptions:
     """The runner's options from the command line (over the environment); bad values fail here,
-    before anything runs."""
-    from ..runner import RunOptions
-
-    check_outputs({"--out-dir": args.out_dir}, {"--json": args.json, "--md": args.md})
-    opts = RunOptions(device=args.device, timeout=args.timeout, first_use_timeout=args.first_use_timeout,
-                      profile=profile, probes_paths=args.probes_path,
-                      inject=layered("inject", args.inject, "--inject") or "", out_dir=args.out_dir,
-                      json_path=None if to_stdout(args) else args.json, md_path=args.md, command=command,
-                      expect_gpus=layered("expect_gpus", args.expect_gpus, "--expect-gpus"))
-    if args.isolation:
-        opts.isolation = args.isolation
-    return opts
+    before anything runs. `profile`: the command's own (gate), else --gate-only's."""
+    return RunOptions.build(Given({name: getattr(args, name) for name in OPTIONS if hasattr(args, name)}),
+                            folders={"--out-dir": args.out_dir}, files={"--json": args.json, "--md": args.md},
+                            profile=profile, command=command, out_dir=args.out_dir,
+                            json_path=None if to_stdout(args) else args.json, md_path=args.md)
 
 
 def to_stdout(args: argparse.Namespace) -> bool:
@@ -65,23 +57,23 @@ def note(text: str) -> None:
     print(f"rocmcheck: {text}", file=sys.stderr, flush=True)
 
 
-def execute(opts: Any, variants: List[Variant], stream: Optional[TextIO] = None) -> Dict[str, Any]:
+def execute(opts: RunOptions, variants: List[Variant], stream: Optional[TextIO] = None) -> Dict[str, Any]:
     """Run `variants` with a live line each; the report (JSON and Markdown written)."""
     from ..render import markdown_report
-    from ..session import run_variants
+    from ..runner import Runner
 
     if not variants:
         raise UsageError("no probe variant matches the selection")
     print(f"rocmcheck {__version__}: {len(variants)} variants, isolation {opts.isolation}, "
           f"device {opts.device}, profile {opts.profile}", file=stream or sys.stdout, flush=True)
-    return run_variants(opts, variants, on_verdict=lambda v: live(v, stream), on_note=note, markdown=markdown_report)
+    return Runner(opts, lambda v: live(v, stream), note, markdown_report).run(variants)
 
 
-def files(report: Dict[str, Any], opts: Any) -> Dict[str, Path]:
+def files(report: Dict[str, Any], opts: RunOptions) -> Dict[str, Path]:
     return report_paths(opts.out_dir, report["run"]["id"], opts.json_path, opts.md_path)
 
 
-def files_line(report: Dict[str, Any], opts: Any) -> str:
+def files_line(report: Dict[str, Any], opts: RunOptions) -> str:
     """One line: the files written, or which could not be and why (the verdict stands without them)."""
     paths = files(report, opts)
     unwritten = report["run"].get("unwritten") or {}

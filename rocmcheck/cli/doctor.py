@@ -8,10 +8,10 @@ from typing import Any
 from .. import registry
 from ..doctor import DEFAULT_BUDGET_S, DEFAULT_REPEATS, Case, Doctor, failing_variants, load_candidates
 from ..errors import UsageError
-from ..model import ExitCode, preloads
-from ..options import argparse_type, check, positive
+from ..model import ExitCode
+from ..options import argparse_type, positive
 from ..render import doctor_text, markdown_report
-from ..selection import select
+from ..selection import gate_variants, select
 from .common import add_run_options, files_line, live, note, run_options
 
 
@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
                                    "(environment variables, or parameters of the same probe), within --budget "
                                    "seconds. Exit 0 when every failing variant has a workaround, 1 when one has none.")
     add_run_options(p)
-    p.set_defaults(device=None, func=cmd_doctor)
+    p.set_defaults(func=cmd_doctor)
     p.add_argument("--from", dest="from_path", type=Path, default=None, metavar="RUN.json",
                    help="diagnose the failing variants of an existing run (report .json or .jsonl journal)")
     p.add_argument("--repeats", type=_at_least_one, default=DEFAULT_REPEATS, metavar="N",
@@ -46,7 +46,6 @@ def register(sub: Any) -> None:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from ..runner import Runner
-    from ..session import gate_variants
     from ..storage import load_report
 
     specs = registry.load_all(args.probes_path)
@@ -60,7 +59,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             print(f"doctor: nothing to diagnose: no variant of {args.from_path} failed{among}")
             return ExitCode.OK
         run = source["run"]
-        args.device = args.device or run.get("device") or "auto"
+        args.device = args.device or run.get("device")  # checked as --device; neither: auto
         profile = run.get("profile") if run.get("profile") in ("gate", "full") else "full"
         first = [v for v, _ in failing]
     else:
@@ -68,9 +67,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if not first:
             raise UsageError("no probe variant matches the selection")
         profile = "full" if args.probe or args.keyword else "gate"
-    opts = run_options(args, profile, "doctor")
-    opts.device = check("device", args.device or "auto", "--device")
-    opts.preload = preloads(first)
+    opts = run_options(args, "doctor", profile)
     runner = Runner(opts, on_verdict=live, on_note=note, markdown=markdown_report)
     doctor = Doctor(runner, candidates, args.repeats, args.budget)
 

@@ -6,11 +6,12 @@ import json
 from typing import Any, Dict, List
 
 from ..model import ExitCode
+from ..options import Given, RunOptions, add_to_argparse
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("env", help="the environment fingerprint (device facts from a child process)")
-    p.add_argument("--device", default="auto")
+    add_to_argparse(p, "device")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_env)
 
@@ -18,10 +19,10 @@ def register(sub: Any) -> None:
 def cmd_env(args: argparse.Namespace) -> int:
     from ..fingerprint import summary
     from ..nodehealth import describe, snapshot
-    from ..runner import RunOptions
-    from ..session import run_variants
+    from ..runner import Runner
 
-    report = run_variants(RunOptions(device=args.device, write_files=False, command="env", needs_torch=False), [])
+    opts = RunOptions.build(Given({"device": args.device}), write_files=False, command="env", needs_torch=False)
+    report = Runner(opts).run([])
     fp = report["fingerprint"]
     health = snapshot()  # the GPUs' own counters (node-health), read from the driver
     if args.json:

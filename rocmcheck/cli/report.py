@@ -70,12 +70,12 @@ def _run_or_load(args: argparse.Namespace) -> Dict[str, Any]:
         note(f"reporting the newest complete run in {args.out_dir}: {args.from_path} "
              f"({len(report['verdicts'])} verdicts); --from FILE picks another, --probe/-k/--gate-only run anew")
         return report
-    variants = select(registry.load_all(args.probes_path), args.probe, args.keyword, gate_only=args.gate_only)
-    profile = "gate" if args.gate_only else "full"
+    opts = run_options(args, "report")
+    variants = select(registry.load_all(opts.probes_paths), args.probe, args.keyword, gate_only=args.gate_only)
     if not selected:
-        note(f"no complete run in {args.out_dir}: running the {profile} profile first ({len(variants)} variants, "
+        note(f"no complete run in {args.out_dir}: running the {opts.profile} profile first ({len(variants)} variants, "
              "a few minutes; a line per verdict); --from RUN.json reports an earlier run")
-    return execute(run_options(args, profile, "report"), variants)
+    return execute(opts, variants)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

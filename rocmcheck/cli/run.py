@@ -10,7 +10,7 @@ from .. import registry
 from ..model import ExitCode, is_bad, node_status
 from ..options import add_to_argparse
 from ..render import counts_line, failing_line, known_issue_lines, terminal_matrix
-from ..selection import select
+from ..selection import gate_variants, select
 from .common import add_run_options, execute, exit_for, files, files_line, run_options, to_stdout
 
 
@@ -27,9 +27,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    specs = registry.load_all(args.probes_path)
-    variants = select(specs, args.probe, args.keyword, gate_only=args.gate_only)
-    opts = run_options(args, "gate" if args.gate_only else "full", "run")
+    opts = run_options(args, "run")
+    variants = select(registry.load_all(opts.probes_paths), args.probe, args.keyword, gate_only=args.gate_only)
     report = execute(opts, variants)
     print("\n" + terminal_matrix(report))
     print(files_line(report, opts))
@@ -38,14 +37,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     from .. import node
-    from ..session import gate_variants
 
-    specs = registry.load_all(args.probes_path)
+    opts = run_options(args, "gate", profile="gate")
+    specs = registry.load_all(opts.probes_paths)
     variants = gate_variants(specs, args.require)
     if args.probe or args.keyword:
         chosen = {v.id for v in select(specs, args.probe, args.keyword)}
         variants = [v for v in variants if v.id in chosen]
-    opts = run_options(args, "gate", "gate")
     human = sys.stderr if to_stdout(args) else sys.stdout
     report = execute(opts, variants, human)
     code = exit_for(report)

@@ -14,7 +14,8 @@ def settings_now():
     return {"default_dtype": str(torch.get_default_dtype()), "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
             "cudnn_tf32": torch.backends.cudnn.allow_tf32, "precision": torch.get_float32_matmul_precision(),
             "deterministic": torch.are_deterministic_algorithms_enabled(), "grad": torch.is_grad_enabled(),
-            "env": os.environ.get("ROCMCHECK_TEST_DIRTY"), "run_env": os.environ.get("ROCMCHECK_TEST_X"), "cwd": os.getcwd(),
+            "env": os.environ.get("ROCMCHECK_TEST_DIRTY"), "run_env": os.environ.get("ROCMCHECK_TEST_X"),
+            "cwd": os.getcwd(),
             "warning_filters": len(warnings.filters), "first_random": torch.rand(1).item(),
             "math_sdp": torch.backends.cuda.math_sdp_enabled(), "threads": torch.get_num_threads()}
 
