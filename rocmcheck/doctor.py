@@ -332,7 +332,7 @@ class Doctor:
         timeout = min(full, left)
         began = time.monotonic()
         with self.runner.running(label):
-            verdict = self.runner.run_variant(variant, env, timeout)
+            verdict = self.runner.run_variant(variant, env, timeout, alone=True)
         self.overhead[fresh] = max(self.overhead[fresh], time.monotonic() - began - verdict.duration_s)
         case.longest = max(case.longest, verdict.duration_s)
         self.say(f"  doctor {verdict.status.value.upper():>5}  {label} (run {tally.runs + 1})  "

@@ -102,8 +102,8 @@ class Isolation:
                 self.fall_back_to_spawn(f"the isolation server died {when} ({self.launcher.death()})")
 
     def fresh_interpreter(self, env: Dict[str, str], fresh: bool) -> bool:
-        """Whether a task's child is a new interpreter (it pays for `import torch`): always under
-        spawn; under the zygote, when variables must be set before `import torch` or asked for."""
+        """Whether a task run alone gets a new interpreter (it pays for `import torch`): always
+        under spawn; under the zygote, when variables must be set before `import torch` or asked for."""
         return self.mode == "spawn" or fresh or bool({**self.run_env, **env})
 
     def _launch(self, path: str, env: Dict[str, str], fresh: bool, what: str) -> ChildProcess:

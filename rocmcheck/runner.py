@@ -178,17 +178,19 @@ class Runner:
     # --- one variant -------------------------------------------------------------------
 
     def run_variant(self, variant: Variant, env: Optional[Dict[str, str]] = None,
-                    timeout: Optional[float] = None, device: Optional[DeviceInfo] = None) -> Verdict:
-        """Run one variant in its child on `device` (default: the first under test); `env` adds
-        variables set before the child imports torch (a fresh interpreter then), `timeout`
-        replaces the variant's own (doctor's attempts)."""
+                    timeout: Optional[float] = None, device: Optional[DeviceInfo] = None,
+                    alone: bool = False) -> Verdict:
+        """Run one variant on `device` (default: the first under test); `env` adds variables set
+        before the child imports torch (a fresh interpreter then), `timeout` replaces the
+        variant's own, and `alone` keeps it out of the device's worker (doctor's attempts: each
+        one observation, never re-run to confirm)."""
         device = device or self.device
-        verdict = self._run_variant(variant, env, timeout, device)
+        verdict = self._run_variant(variant, env, timeout, device, alone)
         verdict.device = devices.label(device, self.facts)
         return verdict
 
     def _run_variant(self, variant: Variant, env: Optional[Dict[str, str]], timeout: Optional[float],
-                     device: DeviceInfo) -> Verdict:
+                     device: DeviceInfo, alone: bool) -> Verdict:
         spec = variant.spec
         reason = spec.requires.unmet(device, sys.platform)
         if self.gpu_problem and spec.id != GPU_VISIBLE:
@@ -202,7 +204,7 @@ class Runner:
         timeout = timeout or self.opts.timeout or spec.timeout
         variant_env = {**variant.env(), **(env or {})}
         log_since = kernellog.now()
-        verdict = self._run_task(variant, device, timeout, variant_env)
+        verdict = self._run_task(variant, device, timeout, variant_env, alone)
         if NO_BINARY in verdict.evidence.get("signatures", ()):
             verdict.message = clean(f"{verdict.message}: hipErrorNoBinaryForGpu: torch has no code object for "
                                     "this GPU")
@@ -220,20 +222,21 @@ class Runner:
                           expect_gpus=self.opts.expect_gpus, profile=self.opts.profile, timeout=timeout,
                           first_use_limit=self.first_use_limit())
 
-    def _run_task(self, variant: Variant, device: DeviceInfo, timeout: float, env: Dict[str, str]) -> Verdict:
+    def _run_task(self, variant: Variant, device: DeviceInfo, timeout: float, env: Dict[str, str],
+                  alone: bool) -> Verdict:
         """The variant in its device's worker where it may share one, else in a child of its own.
         A fail, error or crash in a worker is re-run alone in a fresh child, and that verdict
         counts (`verdicts.confirmed`): one task's leftovers never fail the next."""
         task = self._variant_task(variant, device, timeout)
-        key = self.isolation.worker_key(task, env, variant.spec)
+        key = None if alone else self.isolation.worker_key(task, env, variant.spec)
         if key is not None:
             end, after = self.isolation.run_in_worker(task, key, self._first_use_note(task))
             verdict = self._assemble(variant, task, end, timeout)
             if verdict.status not in (Status.FAIL, Status.ERROR, Status.CRASH):
                 return verdict
-            alone = self._variant_task(variant, device, timeout)
-            end = self.isolation.run(alone, env, fresh=False, on_first_use=self._first_use_note(alone))
-            return confirmed(verdict, self._assemble(variant, alone, end, timeout), after)
+            single = self._variant_task(variant, device, timeout)
+            end = self.isolation.run(single, env, fresh=False, on_first_use=self._first_use_note(single))
+            return confirmed(verdict, self._assemble(variant, single, end, timeout), after)
         end = self.isolation.run(task, env, variant.spec.fresh_interpreter, self._first_use_note(task))
         return self._assemble(variant, task, end, timeout)
 

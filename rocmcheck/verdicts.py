@@ -14,6 +14,7 @@
 | | or with the isolation server | |
 | hang | the watchdog's deadline passed (probe timeout, startup or first-use limit) | `assemble` |
 | any | a fail, error or crash in a worker is re-run alone in a fresh child: that verdict counts | `confirmed` |
+| warn | ... and where it passes alone: flaky, or state left by an earlier task | `confirmed` |
 
 The child writes `outcome`'s status into its result file; `assemble` (in the parent) turns
 what the watchdog saw and that file into exactly one `Verdict`, cleaned of text no output
@@ -214,13 +215,17 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
 
 def confirmed(in_worker: Verdict, alone: Verdict, after: Optional[str]) -> Verdict:
     """A variant that went bad in a worker, re-run alone in a fresh child: the fresh child's
-    verdict counts (a previous task's leftovers must never fail the next), and says both."""
+    verdict counts (a previous task's leftovers must never fail the next), and says both. A
+    pass alone is a warn, never a silent pass: the failure was flaky, or left by `after`."""
     first = {"status": in_worker.status.value, "message": in_worker.message, "after": after,
              **{k: in_worker.evidence[k] for k in ("signal", "stack", "traceback") if k in in_worker.evidence}}
     alone.evidence["in_worker"] = clean_tree(first)
     if alone.status is in_worker.status:
         alone.evidence["confirmed_alone"] = True
-    else:
-        alone.message = clean(f"{alone.message} (in a shared worker after {after or 'the start'} it was "
-                              f"{in_worker.status.value}: {in_worker.message}; alone, {alone.status.value})")
+        return alone
+    alone.message = clean(f"{in_worker.status.value} in a shared worker after {after or 'its start'} "
+                          f"({in_worker.message}), {alone.status.value} alone: flaky, or state left by an earlier "
+                          f"task{'' if alone.message in ('', 'ok') else f'; {alone.message}'}")
+    if alone.status is Status.PASS:
+        alone.status = Status.WARN
     return alone

@@ -294,7 +294,7 @@ def test_unkillable_child_is_abandoned_and_later_gpu_probes_skip(monkeypatch):
     monkeypatch.setattr(Runner, "resolve_device",
                         lambda self: setattr(self, "device", DeviceInfo("cuda:0", "rocm", 1, "gfx1100")))
     monkeypatch.setattr(Isolation, "start",
-                        lambda self: setattr(self, "launcher", SpawnLauncher([FAKE], prestart=False)))
+                        lambda self, preload: setattr(self, "launcher", SpawnLauncher([FAKE], prestart=False)))
     variants = select(registry.load_all([FAKE]), ["fake-pass", "fake-warn"])
     opts = RunOptions(device="cuda:0", isolation="spawn", probes_paths=[FAKE], write_files=False)
     report = Runner(opts).run(variants)

@@ -63,7 +63,7 @@ def _run_on_a_gpu(monkeypatch, probes):
     monkeypatch.setattr(Runner, "resolve_device",
                         lambda self: setattr(self, "device", DeviceInfo("cuda:0", "rocm", 1, "gfx1100")))
     monkeypatch.setattr(Isolation, "start",
-                        lambda self: setattr(self, "launcher", SpawnLauncher([FAKE], prestart=False)))
+                        lambda self, preload: setattr(self, "launcher", SpawnLauncher([FAKE], prestart=False)))
     variants = select(registry.load_all([FAKE]), probes)
     opts = RunOptions(device="cuda:0", isolation="spawn", probes_paths=[FAKE], write_files=False)
     return {v["probe"]: v for v in Runner(opts).run(variants)["verdicts"]}

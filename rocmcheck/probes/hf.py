@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List
+from typing import Any, Dict, Iterable, Iterator, List
 
 import rocmcheck
 from rocmcheck import compare, torchapi
@@ -105,14 +105,29 @@ def on_device(model: Any, data: Any, device: str, placement: str, precision: str
         torchapi.cuda_only(device, "Accelerate's placement (it knows no simulated device)")
         if kind == "cuda":
             torch.cuda.set_device(device)  # Accelerate places on the current device
-        accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no", cpu=kind == "cpu")
-        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-        if accelerator.device.type != kind:
-            raise rocmcheck.ProbeFailure(f"Accelerate placed the model on {accelerator.device}, not {device}")
-        return train(model, optimizer, loader, accelerator.backward, contextlib.nullcontext)
+        with accelerate_state_released():
+            accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no", cpu=kind == "cpu")
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            if accelerator.device.type != kind:
+                raise rocmcheck.ProbeFailure(f"Accelerate placed the model on {accelerator.device}, not {device}")
+            return train(model, optimizer, loader, accelerator.backward, contextlib.nullcontext)
     model.to(device)
     autocast = (lambda: torch.autocast(kind, dtype=torch.bfloat16)) if precision == "bf16" else contextlib.nullcontext
     return train(model, optimizer, ((ids.to(device),) for (ids,) in loader), lambda loss: loss.backward(), autocast)
+
+
+@contextlib.contextmanager
+def accelerate_state_released() -> Iterator[None]:
+    """Accelerate keeps one AcceleratorState per process ("restart your runtime" to change its
+    mixed precision), and the variants share a worker process: clear it afterwards, as
+    Accelerate's own test case does between tests (accelerate.test_utils.AccelerateTestCase.tearDown)."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    try:
+        yield
+    finally:
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
 
 
 def reference(data: Any) -> Trace:
