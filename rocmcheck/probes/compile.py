@@ -50,6 +50,7 @@ def forward_backward(call: Any, model: Any, x: Any) -> Dict[str, Any]:
     links=LINKS,
     timeout=120,
     preload=("torch._dynamo",),
+    own_child=True,  # inductor keeps a pool of compile workers and graph caches: nothing a worker can put back
 )
 def compile_smoke(ctx: rocmcheck.ProbeContext) -> None:
     import torch
