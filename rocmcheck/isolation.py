@@ -230,7 +230,7 @@ class Isolation:
     @staticmethod
     def _reap(child: ChildProcess) -> None:
         """Collect a worker that is ending by itself (its lifeline closed, or its last task done)."""
-        if child.wait(WORKER_REAP_S) is None:
+        if child.wait(WORKER_REAP_S) is None and not child.lost:
             child.signal_tree(watchdog.SIGKILL)
             child.wait(WORKER_REAP_S)
 

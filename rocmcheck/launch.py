@@ -43,6 +43,7 @@ class ChildProcess:
     token: str = ""  # in its environment and its descendants' (TOKEN_ENV)
     before: Set[int] = field(default_factory=set, repr=False)  # the pids that existed before its task
     from_standby: bool = False  # a prestarted interpreter took the task (it may have been killed as it did)
+    returncode: Optional[int] = None  # a zygote child's, once the server reported it
 
     def signal_tree(self, sig: int) -> None:
         """Signal the child and everything it started (process group, or job on Windows)."""
@@ -68,10 +69,11 @@ class ChildProcess:
                 return self.popen.wait(timeout)
             except subprocess.TimeoutExpired:
                 return None
-        code = self.zygote.wait_exit(self.pid, timeout)
-        if code is None and self.zygote.dead:  # the server that would report the exit died
+        if self.returncode is None:  # the server reports an exit once: kept for the next ask
+            self.returncode = self.zygote.wait_exit(self.pid, timeout)
+        if self.returncode is None and self.zygote.dead:  # the server that would report the exit died
             self.lost = _ended(self.handle, timeout)
-        return code
+        return self.returncode
 
     def hand_over(self, task_path: str) -> bool:
         """Write a task's path on the lifeline (a spawned child's first task, a worker's next);
