@@ -78,8 +78,8 @@ def test_a_crash_and_a_hang_in_the_middle_of_the_gate_are_one_verdict_each(isola
     """Planted in the middle of the real gate, on the CPU: exactly one crash and one hang, for the
     right variants, with their signal and stack; every other variant keeps its own verdict, and
     the variants after them run in fresh workers."""
-    clean = by_variant(run_probes(gate_only=True, isolation=isolation, timeout=20))
-    planted = by_variant(run_probes(gate_only=True, isolation=isolation, timeout=20,
+    clean = by_variant(run_probes(gate_only=True, isolation=isolation, timeout=10))
+    planted = by_variant(run_probes(gate_only=True, isolation=isolation, timeout=10,
                                     inject="segv@device-smoke,hang@gpu-visible"))
     assert set(planted) == set(clean)
     bad = {k: v["status"] for k, v in planted.items() if v["status"] in ("crash", "hang", "error", "fail")}
@@ -87,7 +87,7 @@ def test_a_crash_and_a_hang_in_the_middle_of_the_gate_are_one_verdict_each(isola
     crash, hang = planted["device-smoke"], planted["gpu-visible"]
     assert "SIGSEGV" in crash["message"] and crash["evidence"]["in_worker"]["status"] == "crash"
     assert "SIGSEGV" in crash["evidence"]["in_worker"]["signal"]
-    assert "no verdict within 20s" in hang["message"] and "_hang" in hang["evidence"]["stack"]
+    assert "no verdict within 10s" in hang["message"] and "_hang" in hang["evidence"]["stack"]
     assert {k: v["status"] for k, v in planted.items() if k not in bad} == \
         {k: v["status"] for k, v in clean.items() if k not in bad}
     shared = [v for v in planted.values() if v["evidence"].get("worker_task")]
