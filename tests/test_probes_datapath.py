@@ -190,10 +190,10 @@ def probe_module(name):
 def test_device_checksum_tells_the_failing_direction():
     import torch
 
-    from rocmcheck import compare
+    from rocmcheck import numeric
 
     origin = probe_module("transfer").origin
-    pattern = compare.Pattern(3_000_000, "bfloat16")
+    pattern = numeric.Pattern(3_000_000, "bfloat16")
     want = pattern.values(1)
     assert origin(torch.from_numpy(want.copy()).view(torch.bfloat16), pattern, 1, 2_999_999).startswith(
         "device-to-host")

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Tuple
 
 import rocmcheck
-from rocmcheck import compare, torchapi
+from rocmcheck import numeric, torchapi
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
 BACKENDS = ("default", "cublas", "cublaslt")
@@ -87,7 +87,7 @@ def operands(shape: Tuple[int, int, int, int], dtype: str, seed: int) -> Tuple[A
     rng = np.random.default_rng(seed)
     a = rng.uniform(0.25, 1.0, lead + (m, k)).astype(np.float32)
     b = rng.uniform(0.25, 1.0, lead + (k, n)).astype(np.float32)
-    return compare.round_to(a, dtype), compare.round_to(b, dtype)
+    return numeric.round_to(a, dtype), numeric.round_to(b, dtype)
 
 
 def product(ctx: rocmcheck.ProbeContext, a: Any, b: Any, dtype: str) -> Any:
@@ -95,11 +95,11 @@ def product(ctx: rocmcheck.ProbeContext, a: Any, b: Any, dtype: str) -> Any:
     import numpy as np
     import torch
 
-    ta = compare.from_numpy(a, dtype).to(ctx.device)
-    tb = compare.from_numpy(b, dtype).to(ctx.device)
+    ta = numeric.from_numpy(a, dtype).to(ctx.device)
+    tb = numeric.from_numpy(b, dtype).to(ctx.device)
     out = torch.matmul(ta, tb)
     ctx.synchronize()
-    return compare.to_numpy(out).astype(np.float64)
+    return numeric.to_numpy(out).astype(np.float64)
 
 
 def check_shape(ctx: rocmcheck.ProbeContext, name: str, dtype: str, seed: int,
@@ -111,10 +111,10 @@ def check_shape(ctx: rocmcheck.ProbeContext, name: str, dtype: str, seed: int,
     a, b = operands(shape, dtype, seed)
     got = product(ctx, a, b, dtype)
     m = shape[1]
-    tol = compare.TOLERANCE[tol_name or dtype]
+    tol = numeric.TOLERANCE[tol_name or dtype]
     rows = np.sort(np.random.default_rng(seed).choice(m, min(m, SAMPLED_ROWS), replace=False))
-    check = compare.close(got[..., rows, :], a[..., rows, :] @ b, dtype, tol=tol)
-    row_sums = compare.close(got.sum(-1), (a @ b.sum(-1)[..., None])[..., 0], dtype, tol=tol)
+    check = numeric.close(got[..., rows, :], a[..., rows, :] @ b, dtype, tol=tol)
+    row_sums = numeric.close(got.sum(-1), (a @ b.sum(-1)[..., None])[..., 0], dtype, tol=tol)
     counts = {"zeros": int(np.count_nonzero(got == 0)), "nans": int(np.count_nonzero(np.isnan(got))),
               "elements": int(got.size)}
     return check, row_sums, counts

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List
 
 import rocmcheck
-from rocmcheck import compare, torchapi
+from rocmcheck import numeric, torchapi
 
 MODEL = {"vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64, "use_cache": False}
@@ -84,7 +84,7 @@ def train(model: Any, optimizer: Any, batches: Iterable[Any], backward: Any, aut
                 trace.nonfinite.append(f"step {step}: {n}")
             trace.ever_nonzero[n] = trace.ever_nonzero.get(n, False) or (g is not None and bool((g != 0).any()))
         if step == 1:
-            trace.first_grads = {n: compare.to_numpy(p.grad).astype("float64") for n, p in lora.items()
+            trace.first_grads = {n: numeric.to_numpy(p.grad).astype("float64") for n, p in lora.items()
                                  if p.grad is not None}
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -159,7 +159,7 @@ def problems(trace: Trace, ref: Trace, data: Any, adapters: List[str], changed: 
     else:
         import numpy as np
 
-        err = compare.rel_l2(np.concatenate([trace.first_grads[n].ravel() for n in names]),
+        err = numeric.rel_l2(np.concatenate([trace.first_grads[n].ravel() for n in names]),
                              np.concatenate([ref.first_grads[n].ravel() for n in names]))
         if not err <= grad_tol:
             found.append(f"first-step LoRA gradients differ from the CPU float64 run by {err:.3g} "
@@ -188,12 +188,12 @@ def hf_training(ctx: rocmcheck.ProbeContext, placement: str, precision: str, act
     data = np.random.default_rng(0).integers(0, MODEL["vocab_size"], (STEPS * BATCH, SEQ))
     model = build(checkpointing=activations == "checkpointed")
     adapters = [n for n, p in model.named_parameters() if p.requires_grad]
-    before = {n: compare.snapshot_bits(p) for n, p in model.named_parameters()}
+    before = {n: numeric.snapshot_bits(p) for n, p in model.named_parameters()}
     trace = on_device(model, data, ctx.device, placement, precision)
     ref = reference(data)
     params = dict(model.named_parameters())
-    changed = compare.changed({n: before[n] for n in adapters}, ((n, params[n]) for n in adapters))
-    frozen_changed = compare.changed({n: b for n, b in before.items() if n not in adapters}, params.items())
+    changed = numeric.changed({n: before[n] for n in adapters}, ((n, params[n]) for n in adapters))
+    frozen_changed = numeric.changed({n: b for n, b in before.items() if n not in adapters}, params.items())
     ctx.measure(params=sum(p.numel() for p in params.values()), trainable=sum(params[n].numel() for n in adapters),
                 losses=[round(v, 5) for v in trace.losses], ref_losses=[round(v, 5) for v in ref.losses])
     found = problems(trace, ref, data, adapters, changed, frozen_changed, precision)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 import rocmcheck
-from rocmcheck import compare, torchapi
+from rocmcheck import numeric, torchapi
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ class Trace:
         for n, g in grads.items():
             self.ever_nonzero[n] = self.ever_nonzero.get(n, False) or (g is not None and bool((g != 0).any()))
         if step == 1:
-            self.first_grads = {n: compare.to_numpy(g).astype("float64") if g is not None else None
+            self.first_grads = {n: numeric.to_numpy(g).astype("float64") if g is not None else None
                                 for n, g in grads.items()}
 
 
@@ -197,7 +197,7 @@ def self_checks(trace: Trace, steps: int) -> List[str]:
 def reference_checks(trace: Trace, ref: Trace, loss_tol: float, grad_tol: float) -> Dict[str, Any]:
     names = sorted(ref.first_grads)
     loss_diff = max(abs(a - b) / abs(b) for a, b in zip(trace.losses, ref.losses))
-    grad_err = compare.rel_l2(flat(trace.first_grads, names), flat(ref.first_grads, names))
+    grad_err = numeric.rel_l2(flat(trace.first_grads, names), flat(ref.first_grads, names))
     return {"loss_rel_diff": loss_diff, "loss_tol": loss_tol, "grad_rel_err": grad_err, "grad_tol": grad_tol}
 
 
@@ -220,7 +220,7 @@ def training(ctx: rocmcheck.ProbeContext, mode: str) -> None:
         model = with_lora(model)
     reference = copy.deepcopy(model).double()  # taken before the device run touches anything
     reference.checkpointing = False
-    frozen = {n: compare.snapshot_bits(p) for n, p in model.named_parameters() if not p.requires_grad}
+    frozen = {n: numeric.snapshot_bits(p) for n, p in model.named_parameters() if not p.requires_grad}
     steps = STEPS[ctx.profile]
     trace = train(model.to(ctx.device), cfg, ctx.device, steps, lr, autocast, scaler=mode == "fp16-scaler")
     ref = train(reference, cfg, "cpu", steps, lr, None, scaler=False)
@@ -237,7 +237,7 @@ def training(ctx: rocmcheck.ProbeContext, mode: str) -> None:
         problems.append(f"first-step gradients differ from the CPU float64 run by {result['grad_rel_err']:.3g} "
                         f"(relative L2, tolerance {grad_tol:g})")
     if frozen:
-        changed = compare.changed(frozen, model.named_parameters())
+        changed = numeric.changed(frozen, model.named_parameters())
         if changed:
             problems.append(f"{len(changed)} frozen base weights changed ({', '.join(changed[:3])})")
     if problems:

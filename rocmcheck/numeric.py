@@ -1,4 +1,5 @@
-"""Comparisons and metrics shared by the data-path probes (transfer, numerics, GEMM, training).
+"""Numeric checks for probes: float64 references, per-dtype tolerances and the comparisons of a
+result with them (transfer, numerics, GEMM, conv, training). Not `diff`, which compares runs.
 
 Every reference here is computed with numpy, never with torch, so a fault injected into
 torch (or a broken device) cannot make the reference agree with the result it checks.
