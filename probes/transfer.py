@@ -19,7 +19,7 @@ measurements per dtype, because they describe one failure rather than a workarou
 variant per combination would cost one GPU runtime start each. The gate holds the
 training-context variants, where the seeds' failure appeared; the isolated ones (full
 profile) tell whether the context matters. Bandwidth is measured by `pcie-link`
-(rocmcheck/probes/pcie.py), with device events and buffers allocated outside the clock.
+(probes/pcie.py), with device events and buffers allocated outside the clock.
 
 Each repeat sends a different pattern (`numeric.Pattern`: never zero, NaN or subnormal, and
 different at every index from the previous repeat, so stale data fails). A bad read-back is

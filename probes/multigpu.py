@@ -389,7 +389,7 @@ def rocmcheck_path_env():
     """
     import site
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # above rocmcheck/probes/
+    root = os.path.dirname(os.path.dirname(os.path.abspath(torchapi.__file__)))  # the folder holding rocmcheck/
     current = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     sites = {os.path.abspath(p) for p in [*site.getsitepackages(), site.getusersitepackages()]}
     if root in sites or root in current:
