@@ -20,7 +20,6 @@ import os
 
 import rocmcheck
 from rocmcheck import torchapi
-from rocmcheck.known_issues import parse_version
 
 MiB = 1 << 20
 SETTINGS = {
@@ -61,14 +60,14 @@ def read_order(torch_version, backend):
     ignored it (pytorch #183387). The in-effect check in the child is the ground truth.
     """
     legacy = ["PYTORCH_CUDA_ALLOC_CONF"] + (["PYTORCH_HIP_ALLOC_CONF"] if backend == "rocm" else [])
-    version = parse_version(torch_version)
+    version = torchapi.version_tuple(torch_version)
     ignored = backend == "cuda" and (2, 9) <= version < (2, 11)
     return legacy if version < (2, 8) or ignored else ["PYTORCH_ALLOC_CONF", *legacy]
 
 
 def variable_to_set(torch_version):
     """The name every build of this version honours: the new one from 2.11, the old one before."""
-    return "PYTORCH_ALLOC_CONF" if parse_version(torch_version) >= (2, 11) else "PYTORCH_CUDA_ALLOC_CONF"
+    return "PYTORCH_ALLOC_CONF" if torchapi.version_tuple(torch_version) >= (2, 11) else "PYTORCH_CUDA_ALLOC_CONF"
 
 
 def installed_torch_version():
