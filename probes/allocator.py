@@ -20,6 +20,7 @@ import os
 
 import rocmcheck
 from rocmcheck import torchapi
+from rocmcheck.lazy import np, torch
 
 MiB = 1 << 20
 SETTINGS = {
@@ -133,15 +134,11 @@ def ignored_options(requested, snapshot, warning_texts):
 
 def canary_pattern(count):
     """int32 words that are never zero, never a float NaN, and differ from their neighbours."""
-    import numpy as np
-
     return (np.arange(count, dtype=np.int64) % 65521 + 0x3C000001).astype(np.int32)
 
 
 def canary_damage(observed, expected):
     """None when bit-identical, else how many words differ and the first one."""
-    import numpy as np
-
     bad = np.flatnonzero(observed != expected)
     if bad.size == 0:
         return None
@@ -181,8 +178,6 @@ def run_cycles(device, cycles, unit_bytes, canary_bytes):
     """
     import collections
 
-    import torch
-
     expected = canary_pattern(canary_bytes // 4)
     canary = torch.empty(expected.size, dtype=torch.int32, device=device)
     canary.copy_(torch.from_numpy(expected))
@@ -207,8 +202,6 @@ def run_cycles(device, cycles, unit_bytes, canary_bytes):
 
 def big_copy(ctx):
     """A 2 GiB host-to-device copy (hung uninterruptibly under expandable segments, pytorch #192259)."""
-    import torch
-
     print("allocator: 2 GiB host-to-device copy", flush=True)
     host = torch.full((BIG_COPY_BYTES,), 0x5A, dtype=torch.uint8)
     sample = host.to(ctx.device)[:: 1 << 20].to("cpu")
@@ -230,8 +223,6 @@ def big_copy(ctx):
 )
 def allocator(ctx, setting):
     import warnings
-
-    import torch
 
     torchapi.cuda_only(ctx.device, "the caching allocator's backend, settings and snapshot")
     backend = torch.cuda.get_allocator_backend()

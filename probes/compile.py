@@ -22,6 +22,7 @@ from typing import Any, Dict
 
 import rocmcheck
 from rocmcheck import numeric, torchapi
+from rocmcheck.lazy import torch
 
 BACKEND = "inductor"
 TOL = numeric.TOLERANCE["float32"]
@@ -52,8 +53,6 @@ def forward_backward(call: Any, model: Any, x: Any) -> Dict[str, Any]:
     preload=("torch._dynamo",),
 )
 def compile_smoke(ctx: rocmcheck.ProbeContext) -> None:
-    import torch
-
     torchapi.cuda_only(ctx.device, "torch.compile's inductor backend (it needs a registered device interface)")
     ctx.strict_fp32()
     torch.manual_seed(0)

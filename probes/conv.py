@@ -26,6 +26,7 @@ from typing import Any, Dict, List
 
 import rocmcheck
 from rocmcheck import numeric
+from rocmcheck.lazy import np, torch
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # name -> (kernel, stride, padding, channels_last)
@@ -52,8 +53,6 @@ def run_conv(ctx: rocmcheck.ProbeContext, data: Dict[str, Any], dtype: str, stri
              channels_last: bool, first: bool = False) -> Dict[str, Any]:
     """One forward and backward on the device; part -> result as a numpy array. `first`: the
     forward is the first call, where the kernel search runs (`ctx.first_use()`)."""
-    import torch
-
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     t = {n: numeric.from_numpy(v, dtype).to(ctx.device) for n, v in data.items()}
     x = t["x"].to(memory_format=fmt).requires_grad_()
@@ -75,8 +74,6 @@ def run_conv(ctx: rocmcheck.ProbeContext, data: Dict[str, Any], dtype: str, stri
     variants={"dtype": list(DTYPES)},
 )
 def conv(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
-    import numpy as np
-
     name = DTYPES[dtype]
     if name == "float32":
         ctx.strict_fp32()

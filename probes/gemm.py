@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Tuple
 
 import rocmcheck
 from rocmcheck import numeric, torchapi
+from rocmcheck.lazy import np, torch
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
 BACKENDS = ("default", "cublas", "cublaslt")
@@ -80,8 +81,6 @@ def select_backend(ctx: rocmcheck.ProbeContext, blas: str) -> str:
 
 def operands(shape: Tuple[int, int, int, int], dtype: str, seed: int) -> Tuple[Any, Any]:
     """float64 copies of A and B as the device will hold them (rounded to `dtype` by numpy)."""
-    import numpy as np
-
     batch, m, k, n = shape
     lead = (batch,) if batch else ()
     rng = np.random.default_rng(seed)
@@ -92,9 +91,6 @@ def operands(shape: Tuple[int, int, int, int], dtype: str, seed: int) -> Tuple[A
 
 def product(ctx: rocmcheck.ProbeContext, a: Any, b: Any, dtype: str) -> Any:
     """A @ B on the device, read back as float64."""
-    import numpy as np
-    import torch
-
     ta = numeric.from_numpy(a, dtype).to(ctx.device)
     tb = numeric.from_numpy(b, dtype).to(ctx.device)
     out = torch.matmul(ta, tb)
@@ -105,8 +101,6 @@ def product(ctx: rocmcheck.ProbeContext, a: Any, b: Any, dtype: str) -> Any:
 def check_shape(ctx: rocmcheck.ProbeContext, name: str, dtype: str, seed: int,
                 tol_name: str = "") -> Tuple[Any, Any, Any]:
     """Run one shape; returns (CloseCheck on sampled rows, CloseCheck on every row's sum, full-output counts)."""
-    import numpy as np
-
     shape = shape_for(ctx, name)
     a, b = operands(shape, dtype, seed)
     got = product(ctx, a, b, dtype)
@@ -122,8 +116,6 @@ def check_shape(ctx: rocmcheck.ProbeContext, name: str, dtype: str, seed: int,
 
 def tf32_report(ctx: rocmcheck.ProbeContext) -> Dict[str, Any]:
     """Error of the square fp32 product with TF32 allowed; reported, never failed (PR #188168)."""
-    import torch
-
     if not ctx.gpu_sized:
         return {"tf32": "n/a on the CPU" if not ctx.on_gpu else "n/a on a simulated GPU (its products run on the CPU)"}
     previous = torch.backends.cuda.matmul.allow_tf32

@@ -25,6 +25,7 @@ from typing import Any, Dict, Iterable, List
 
 import rocmcheck
 from rocmcheck import numeric, torchapi
+from rocmcheck.lazy import np, torch
 
 MODEL = {"vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64, "use_cache": False}
@@ -44,7 +45,6 @@ def require_stack() -> None:
 
 def build(checkpointing: bool) -> Any:
     """The LoRA-wrapped model, the same weights on every call (seeded)."""
-    import torch
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -67,8 +67,6 @@ class Trace:
 
 def train(model: Any, optimizer: Any, batches: Iterable[Any], backward: Any, autocast: Any) -> Trace:
     """The user's loop; `batches` already yields tensors on the model's device."""
-    import torch
-
     trace = Trace()
     lora = {n: p for n, p in model.named_parameters() if p.requires_grad}
     model.train()
@@ -93,7 +91,6 @@ def train(model: Any, optimizer: Any, batches: Iterable[Any], backward: Any, aut
 
 def on_device(model: Any, data: Any, device: str, placement: str, precision: str) -> Trace:
     """Train through Accelerate's prepare() or with plain `.to(device)` placement."""
-    import torch
     from torch.utils.data import DataLoader, TensorDataset
 
     kind = torch.device(device).type
@@ -117,8 +114,6 @@ def on_device(model: Any, data: Any, device: str, placement: str, precision: str
 
 def reference(data: Any) -> Trace:
     """float64 on the CPU, batches sliced from the numpy data: none of the paths under test."""
-    import torch
-
     model = build(checkpointing=False).double()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR)
     batches = ((torch.from_numpy(data[i:i + BATCH]),) for i in range(0, len(data), BATCH))
@@ -127,8 +122,6 @@ def reference(data: Any) -> Trace:
 
 def problems(trace: Trace, ref: Trace, data: Any, adapters: List[str], changed: List[str],
              frozen_changed: List[str], precision: str) -> List[str]:
-    import numpy as np
-
     found = []
     for step, got in enumerate(trace.batches, 1):
         want = data[(step - 1) * BATCH:step * BATCH]
@@ -157,8 +150,6 @@ def problems(trace: Trace, ref: Trace, data: Any, adapters: List[str], changed: 
     if set(trace.first_grads) != set(names):
         found.append("first-step LoRA gradients missing for " + ", ".join(sorted(set(names) - set(trace.first_grads))))
     else:
-        import numpy as np
-
         err = numeric.rel_l2(np.concatenate([trace.first_grads[n].ravel() for n in names]),
                              np.concatenate([ref.first_grads[n].ravel() for n in names]))
         if not err <= grad_tol:
@@ -182,8 +173,6 @@ def problems(trace: Trace, ref: Trace, data: Any, adapters: List[str], changed: 
 )
 def hf_training(ctx: rocmcheck.ProbeContext, placement: str, precision: str, activations: str) -> None:
     """`activations`: stored for backward, or checkpointed (recomputed: gradient checkpointing)."""
-    import numpy as np
-
     require_stack()
     data = np.random.default_rng(0).integers(0, MODEL["vocab_size"], (STEPS * BATCH, SEQ))
     model = build(checkpointing=activations == "checkpointed")

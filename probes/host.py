@@ -7,6 +7,7 @@ the `render` group, a `HIP_VISIBLE_DEVICES` that hides every card: in each case
 self-test and say GO. The host's own view comes from files (`rocmcheck.hostgpu`).
 """
 import rocmcheck
+from rocmcheck.lazy import torch
 
 
 @rocmcheck.probe(
@@ -22,8 +23,6 @@ import rocmcheck
 )
 def gpu_visible(ctx):
     """PCI, KFD and device nodes (read from files) against torch's build and device count."""
-    import torch
-
     from rocmcheck import hostgpu
 
     host = hostgpu.read()

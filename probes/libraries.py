@@ -18,6 +18,7 @@ import re
 from typing import Iterator, Optional
 
 import rocmcheck
+from rocmcheck.lazy import torch
 
 # import name -> distribution name (for its version)
 LIBRARIES = {
@@ -83,8 +84,6 @@ def version(distribution: str) -> str:
 def library_imports(ctx: rocmcheck.ProbeContext, library: str) -> dict:
     import importlib
     import importlib.util
-
-    import torch
 
     if importlib.util.find_spec(library) is None:
         ctx.skip(f"{library} is not installed")

@@ -29,6 +29,7 @@ import time
 
 import rocmcheck
 from rocmcheck import torchapi
+from rocmcheck.lazy import np, torch
 
 LINKS = (
     "https://github.com/ROCm/rccl/issues/1129",
@@ -74,8 +75,6 @@ def inventory_risks(archs, cmdline, backend):
     requires={"gpu": True},
 )
 def multigpu_inventory(ctx):
-    import torch
-
     from rocmcheck.fingerprint import bare_arch, kernel_cmdline
 
     kind = torch.device(ctx.device).type
@@ -99,14 +98,10 @@ def multigpu_inventory(ctx):
 
 def byte_pattern(size, salt):
     """Bytes 1..251 in a salted sequence: never zero, and a stale or shifted copy cannot match."""
-    import numpy as np
-
     return ((np.arange(size, dtype=np.int64) * 7 + salt) % 251 + 1).astype(np.uint8)
 
 
 def first_difference(got, want):
-    import numpy as np
-
     bad = np.flatnonzero(got != want)
     return None if bad.size == 0 else f"{bad.size} of {want.size} bytes differ (first at {bad[0]}: " \
                                       f"{got[bad[0]]} != {want[bad[0]]}; zeros {int((got[bad] == 0).sum())})"
@@ -123,8 +118,6 @@ def first_difference(got, want):
     variants={"path": ["direct", "staged"]},
 )
 def multigpu_peer_copy(ctx, path):
-    import torch
-
     kind = torch.device(ctx.device).type
     count = torchapi.device_count(kind)
     problems, copies = [], 0
@@ -155,15 +148,11 @@ def small_mlp(torch, features=FEATURES):
 
 def batch(rows, features=FEATURES):
     """Inputs and targets from numpy, identical in every process."""
-    import numpy as np
-
     rng = np.random.default_rng(11)
     return rng.standard_normal((rows, features)), rng.standard_normal((rows, 4))
 
 
 def relative_gap(got, want):
-    import numpy as np
-
     return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-12))
 
 
@@ -178,8 +167,6 @@ def relative_gap(got, want):
 )
 def multigpu_dataparallel(ctx):
     import copy
-
-    import torch
 
     torchapi.cuda_only(ctx.device, "nn.DataParallel (its scatter and gather are CUDA-only)")
     ctx.strict_fp32()
@@ -219,8 +206,6 @@ def reference_step(torch, model, x, y):
 
 
 def step_gap(torch, params, reference):
-    import numpy as np
-
     got = [(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().to("cpu", torch.float64).numpy()
            for p in params]
     scale = max(float(np.abs(r).max()) for r in reference)
@@ -229,8 +214,6 @@ def step_gap(torch, params, reference):
 
 def check_all_reduce(torch, dist, device, rank, world):
     """Each rank contributes (rank + 1) * pattern; everyone must get the exact sum."""
-    import numpy as np
-
     pattern = np.arange(4099, dtype=np.int64) % 1000 + 1
     tensor = torch.from_numpy(pattern * (rank + 1)).to(device=device, dtype=torch.float32, copy=True)
     dist.all_reduce(tensor)
@@ -304,7 +287,6 @@ def rank_main(argv):
     args = parser.parse_args(argv)
     stack = open(args.stack, "w") if args.stack else sys.stderr
     faulthandler.dump_traceback_later(args.timeout, exit=True, file=stack)  # a hung rank reports itself
-    import torch
     import torch.distributed as dist
 
     from rocmcheck.context import pin_fp32
@@ -400,8 +382,6 @@ def rocmcheck_path_env():
 def start_ranks(backend, workdir, timeout):
     """WORLD ranks on this machine: forked when torch never touched a GPU here, else fresh interpreters."""
     import multiprocessing
-
-    import torch
 
     port = free_port()
     fork = backend == "gloo" and hasattr(os, "fork") and not torch.cuda.is_initialized()

@@ -28,6 +28,7 @@ from typing import Any, Dict, Tuple
 
 import rocmcheck
 from rocmcheck import numeric, torchapi
+from rocmcheck.lazy import np, torch
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 AUTOCAST_TOL = {"bfloat16": 5e-2, "float16": 1e-2}  # relative L2 error, docs/failure-catalogue.md §2
@@ -51,8 +52,6 @@ GATE = ({"check": "cast", "dtype": "bf16"}, {"check": "cast", "dtype": "fp16"},
 
 def device_arch(ctx: rocmcheck.ProbeContext) -> str:
     """'gfx906' from gcnArchName 'gfx906:sramecc+:xnack-'; '' off ROCm."""
-    import torch
-
     if not ctx.on_gpu:
         return ""
     name = getattr(torchapi.device_properties(ctx.device), "gcnArchName", "") or ""
@@ -64,8 +63,6 @@ def device_arch(ctx: rocmcheck.ProbeContext) -> str:
 
 def cast_values() -> Any:
     """float32 values that expose rounding and range faults."""
-    import numpy as np
-
     f32 = lambda bits: np.array(bits, dtype=np.uint32).view(np.float32)  # noqa: E731
     rng = np.random.default_rng(7)
     upper = rng.integers(0, 1 << 16, 64, dtype=np.uint32) << 16
@@ -89,8 +86,6 @@ def cast_values() -> Any:
 
 def cast_reference(x: Any, dtype: str) -> Tuple[Any, Any]:
     """(bits of x in `dtype`, float32 bits after widening back) by numpy alone."""
-    import numpy as np
-
     if dtype == "bfloat16":
         low = numeric.bf16_bits(x)
         return low, numeric.bits(numeric.bf16_value(low))
@@ -107,8 +102,6 @@ def subnormal(b: Any, fmt: str) -> Any:
 
 
 def check_cast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
-    import torch
-
     x = cast_values()
     want_low, want_back = cast_reference(x, dtype)
     dev = torch.from_numpy(x).to(ctx.device, copy=True)
@@ -140,8 +133,6 @@ def check_cast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
 
 
 def check_ops(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
-    import numpy as np
-    import torch
     import torch.nn.functional as F
 
     rng = np.random.default_rng(11)
@@ -175,8 +166,6 @@ def check_ops(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
 
 
 def encoder_weights() -> Dict[str, Any]:
-    import numpy as np
-
     rng = np.random.default_rng(5)
     shapes = {"conv.weight": (8, 3, 3, 3), "conv.bias": (8,), "fc1.weight": (64, 512), "fc1.bias": (64,),
               "fc2.weight": (16, 64), "fc2.bias": (16,)}
@@ -188,8 +177,6 @@ def encoder_weights() -> Dict[str, Any]:
 def encoder_ref(x: Any, p: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
     """float64 forward and hand-derived backward of conv(3->8, k3, s2) . SiLU . fc(512->64) . SiLU . fc(64->16),
     loss = mean(z**2); returns (z, gradients by parameter name)."""
-    import numpy as np
-
     p = {n: v.astype(np.float64) for n, v in p.items()}
     sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
     dsilu = lambda v: sig(v) * (1.0 + v * (1.0 - sig(v)))  # noqa: E731
@@ -208,9 +195,6 @@ def encoder_ref(x: Any, p: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
 
 
 def check_autocast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
-    import numpy as np
-    import torch
-
     if ctx.simulated and dtype == "float16":
         ctx.skip("float16 autocast on a simulated GPU runs the CPU's float16 kernels, whose gradients hold zeros "
                  "the float64 reference lacks: a kernel fact only GPU hardware can judge")
@@ -250,8 +234,6 @@ def check_autocast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
 
 
 def check_ftz(ctx: rocmcheck.ProbeContext) -> None:
-    import numpy as np
-
     m, k, n = 64, 32, 48
     half_tiny = float(np.finfo(np.float16).tiny) / 2  # 2**-15: a float16 subnormal
     x = numeric.from_numpy(np.full((m, k), half_tiny, dtype=np.float32), "float16").to(ctx.device)

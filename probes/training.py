@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional
 
 import rocmcheck
 from rocmcheck import numeric, torchapi
+from rocmcheck.lazy import np, torch
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,6 @@ LINKS = (
 
 def build_model(cfg: Config, checkpointing: bool) -> Any:
     """The causal transformer, initialised from seed 0 (the same weights on every call)."""
-    import torch
     from torch.utils.checkpoint import checkpoint
 
     class TinyLM(torch.nn.Module):
@@ -102,8 +102,6 @@ def with_lora(model: Any) -> Any:
         from peft import LoraConfig, get_peft_model
     except ImportError as exc:
         raise rocmcheck.Skip(f"peft is not installed ({exc}); the LoRA variant needs it") from None
-    import torch
-
     torch.manual_seed(1)
     return get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
                                             target_modules=["linear1", "linear2"]))
@@ -120,8 +118,6 @@ class Trace:
     skipped: int = 0  # steps GradScaler skipped for overflow
 
     def record(self, step: int, loss: float, grads: Dict[str, Any], scaled: bool) -> None:
-        import torch
-
         self.losses.append(loss)
         bad = [n for n, g in grads.items() if g is not None and not bool(torch.isfinite(g).all())]
         if bad and scaled:
@@ -137,8 +133,6 @@ class Trace:
 
 def train(model: Any, cfg: Config, device: str, steps: int, lr: float, autocast: Optional[str], scaler: bool) -> Trace:
     """AdamW on one fixed batch; the data comes from numpy, so both runs see the same tokens."""
-    import numpy as np
-    import torch
     import torch.nn.functional as F
 
     ids = torch.from_numpy(np.random.default_rng(0).integers(0, cfg.vocab, (cfg.batch, cfg.seq + 1)))
@@ -170,8 +164,6 @@ def train(model: Any, cfg: Config, device: str, steps: int, lr: float, autocast:
 
 
 def flat(grads: Dict[str, Any], names: List[str]) -> Any:
-    import numpy as np
-
     return np.concatenate([grads[n].ravel() if grads.get(n) is not None else np.zeros(0) for n in names])
 
 

@@ -41,6 +41,7 @@ from typing import Any, Dict, List, Optional
 
 import rocmcheck
 from rocmcheck import hostgpu, numeric, torchapi
+from rocmcheck.lazy import np, torch
 
 METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream", "d2h", "d2d")
 FROM_DEVICE = ("d2h", "d2d")  # the source is staged on the device; the copy under test starts there
@@ -157,8 +158,6 @@ class TrainingLoad:
     training step without waiting for it, so transfers run with kernels in flight."""
 
     def __init__(self, device: str, on_gpu: bool):
-        import torch
-
         torch.manual_seed(0)
         # 3.1M parameters on a GPU, like the seeds' model; a token load on the CPU, where nothing is in flight
         width, layers, batch, seq = (256, 4, 8, 64) if on_gpu else (32, 1, 2, 16)
@@ -185,8 +184,6 @@ class Sender:
         self.side = torchapi.new_stream(device) if on_gpu and method == "side-stream" else None
 
     def stage(self, src: Any, src_np: Any) -> Any:
-        import torch
-
         if self.method in PINNED_METHODS and self.on_gpu:
             return src.pin_memory()
         if self.method in ("tensor", "as-tensor"):
@@ -200,8 +197,6 @@ class Sender:
         return src
 
     def send(self, staged: Any, dtype: str) -> Any:
-        import torch
-
         m = self.method
         if m == "to":
             return staged.to(self.device, copy=self.copy)
@@ -241,15 +236,11 @@ class Sender:
 def source(pattern: numeric.Pattern, seed: int, contiguous: bool) -> Any:
     """The pattern for `seed` written straight into a new host buffer (no full-size temporaries):
     contiguous, or every other element of a buffer twice as long (a strided, non-dense source)."""
-    import numpy as np
-
     buf = np.empty(pattern.n * (1 if contiguous else 2), dtype=pattern.store)
     return pattern.fill(buf if contiguous else buf[::2], seed)
 
 
 def as_tensor_of(src_np: Any, dtype: str) -> Any:
-    import torch
-
     t = torch.from_numpy(src_np)
     return t.view(torch.bfloat16) if dtype == "bfloat16" else t
 
