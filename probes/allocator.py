@@ -170,12 +170,13 @@ def unbounded_growth(slack_mib, period=PERIOD, warmup_periods=2, rising=4, min_g
 # --- the training-like allocation pattern ------------------------------------------------------
 
 
-def run_cycles(device, cycles, unit_bytes, canary_bytes):
+def run_cycles(ctx, cycles, unit_bytes, canary_bytes):
     """Allocate, fill and free step-sized buffers around a live canary; check it bitwise every cycle.
 
     Returns reserved-minus-allocated (MiB) after each cycle. Raises ProbeFailure on canary
-    damage or on running out of memory (with the slack history either way).
+    damage or on running out of memory (with the slack history measured either way).
     """
+    device = ctx.device
     import collections
 
     expected = canary_pattern(canary_bytes // 4)
@@ -190,19 +191,20 @@ def run_cycles(device, cycles, unit_bytes, canary_bytes):
             kept.append(torch.empty((2 * MiB + cycle % 3 * MiB) // 4, dtype=torch.int32, device=device).fill_(cycle))
             del step
         except torchapi.out_of_memory_error() as exc:
+            ctx.measure(slack_mib=slack)
             raise rocmcheck.ProbeFailure(f"out of memory at cycle {cycle} with reserved-minus-allocated at "
-                                         f"{slack[-1] if slack else 0:.0f} MiB: {str(exc).splitlines()[0]}",
-                                         slack_mib=slack) from None
+                                         f"{slack[-1] if slack else 0:.0f} MiB: {str(exc).splitlines()[0]}") from None
         slack.append(round((torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)) / MiB, 1))
         damage = canary_damage(canary.to("cpu", copy=True).numpy(), expected)
         if damage:
-            raise rocmcheck.ProbeFailure(f"canary corrupted at cycle {cycle}: {damage}", slack_mib=slack)
+            ctx.measure(slack_mib=slack)
+            raise rocmcheck.ProbeFailure(f"canary corrupted at cycle {cycle}: {damage}")
     return slack
 
 
 def big_copy(ctx):
     """A 2 GiB host-to-device copy (hung uninterruptibly under expandable segments, pytorch #192259)."""
-    print("allocator: 2 GiB host-to-device copy", flush=True)
+    ctx.progress("allocator: 2 GiB host-to-device copy")
     host = torch.full((BIG_COPY_BYTES,), 0x5A, dtype=torch.uint8)
     sample = host.to(ctx.device)[:: 1 << 20].to("cpu")
     ctx.synchronize()
@@ -237,7 +239,7 @@ def allocator(ctx, setting):
     unit, canary = min(MAX_UNIT_BYTES, total // 24), min(CANARY_BYTES, total // 16)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        slack = run_cycles(ctx.device, CYCLES[ctx.profile], unit, canary)
+        slack = run_cycles(ctx, CYCLES[ctx.profile], unit, canary)
         snapshot = torch.cuda.memory._snapshot() if backend == "native" else {}
     if backend != "native":
         native_only = sorted(set(requested) - {"backend"})

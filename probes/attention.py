@@ -51,11 +51,6 @@ class Unsupported(Exception):
     """The forced backend has no kernel for this case: a fact about the build, not a fault."""
 
 
-def progress(label, phase):
-    """One line per phase: on a hang, the evidence's output tail says where it stopped."""
-    print(f"attention {label}: {phase}", flush=True)
-
-
 # --- float64 references (numpy) ----------------------------------------------------------
 
 
@@ -151,11 +146,11 @@ def forced(backend, fn):
 def forward_backward(ctx, backend, label, grad_out, forward):
     """`forward()`, then `sum(out * grad_out).backward()`, under the forced backend, phase by phase."""
 
-    def run():
-        progress(label, "forward")
+    def run():  # one progress line per phase: a hang's output tail says where it stopped
+        ctx.progress(f"attention {label}: forward")
         out = forward()
         ctx.synchronize()
-        progress(label, "backward")
+        ctx.progress(f"attention {label}: backward")
         (out * grad_out).sum().backward()
         ctx.synchronize()
         return out
@@ -371,10 +366,10 @@ def accumulate_gradients(ctx, backend, model, obs, actions, returns, autocast_dt
     for index, (o, a, r) in enumerate(chunks):
         label = f"{backend} model micro-batch {index + 1}/{MICRO_BATCHES}"
         with torch.autocast(device_type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-            progress(label, "forward")
+            ctx.progress(f"attention {label}: forward")
             loss = actor_critic_loss(model, o, a, r) / MICRO_BATCHES
         ctx.synchronize()
-        progress(label, "backward")
+        ctx.progress(f"attention {label}: backward")
         loss.backward()
         ctx.synchronize()
 

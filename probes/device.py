@@ -38,5 +38,5 @@ def device_smoke(ctx):
     assert total == want, f"sum of 0..{n - 1} is {total}, expected {want}"
     mean = float(torch.ones(1 << 16, device=ctx.device, dtype=torch.float32).mean().item())
     assert mean == 1.0, f"mean of 65536 ones is {mean}, expected 1.0"
-    return {"elements": n}
+    ctx.measure(elements=n)
 

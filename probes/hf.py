@@ -35,12 +35,12 @@ TOLERANCES = {"fp32": (1e-4, 1e-3), "bf16": (3e-2, 1e-1)}
 LINKS = ("https://github.com/ROCm/hip/issues/3874", "https://github.com/ROCm/TheRock/issues/8379")
 
 
-def require_stack() -> None:
+def require_stack(ctx: rocmcheck.ProbeContext) -> None:
     import importlib.util
 
     missing = [m for m in ("transformers", "peft", "accelerate") if importlib.util.find_spec(m) is None]
     if missing:
-        raise rocmcheck.Skip(f"{', '.join(missing)} not installed: pip install 'rocmcheck[hf]'")
+        ctx.skip(f"{', '.join(missing)} not installed: pip install 'rocmcheck[hf]'")
 
 
 def build(checkpointing: bool) -> Any:
@@ -173,7 +173,7 @@ def problems(trace: Trace, ref: Trace, data: Any, adapters: List[str], changed: 
 )
 def hf_training(ctx: rocmcheck.ProbeContext, placement: str, precision: str, activations: str) -> None:
     """`activations`: stored for backward, or checkpointed (recomputed: gradient checkpointing)."""
-    require_stack()
+    require_stack(ctx)
     data = np.random.default_rng(0).integers(0, MODEL["vocab_size"], (STEPS * BATCH, SEQ))
     model = build(checkpointing=activations == "checkpointed")
     adapters = [n for n, p in model.named_parameters() if p.requires_grad]

@@ -81,7 +81,7 @@ def version(distribution: str) -> str:
     gate=lambda p: p["library"] in ("torchao", "torchtune"),
     variants={"library": list(LIBRARIES)},
 )
-def library_imports(ctx: rocmcheck.ProbeContext, library: str) -> dict:
+def library_imports(ctx: rocmcheck.ProbeContext, library: str) -> None:
     import importlib
     import importlib.util
 
@@ -96,4 +96,4 @@ def library_imports(ctx: rocmcheck.ProbeContext, library: str) -> dict:
             raise
         raise rocmcheck.ProbeFailure(f"import {library} failed: {missing} ({pair}): "
                                      "the library needs a newer torch") from exc
-    return {"imported": pair}
+    ctx.measure(imported=pair)

@@ -179,9 +179,9 @@ def multigpu_dataparallel(ctx):
     devices = [first] + [i for i in range(torch.cuda.device_count()) if i != first]  # outputs gather on ctx.device
     parallel = torch.nn.DataParallel(model.to(ctx.device), device_ids=devices)
     x = torch.from_numpy(x_np).float().to(ctx.device)
-    print("dataparallel: forward", flush=True)
+    ctx.progress("dataparallel: forward")
     out = parallel(x)
-    print("dataparallel: backward", flush=True)
+    ctx.progress("dataparallel: backward")
     out.square().mean().backward()
     ctx.synchronize()
     gaps = {"out": relative_gap(out.detach().double().cpu().numpy(), ref_out.detach().numpy())}
@@ -244,8 +244,6 @@ def check_ddp(torch, dist, device, rank, world):
 
 def check_fsdp(torch, dist, device, rank, world):
     """FSDP (fully_shard) initialises, trains one step, and matches one process."""
-    from rocmcheck import torchapi
-
     fully_shard = torchapi.fully_shard()
     if device.type == "cpu" and torchapi.version_tuple(torch.__version__) < FSDP_ON_CPU:
         raise rocmcheck.Skip(f"FSDP2 on the CPU needs torch 2.6; torch {torch.__version__} puts it on CUDA "
@@ -416,16 +414,16 @@ def wait_ranks(ranks, timeout):
     return [exit_code(p) for p in ranks]
 
 
-def report_hang_to_watchdog(stacks):
-    """A collective hung: print the ranks' stacks, then wait for rocmcheck's watchdog.
+def report_hang_to_watchdog(ctx, stacks):
+    """A collective hung: show the ranks' stacks, then wait for rocmcheck's watchdog.
 
     The engine's only `hang` is its own timeout, so the probe lets it fire; the verdict's
     output then carries each stuck rank's stack (the collective it is blocked in).
     """
     for rank, text in stacks.items():
-        print(f"rank {rank} did not finish; its stack:\n{text}", flush=True)
+        ctx.progress(f"rank {rank} did not finish; its stack:\n{text}")
     # last, so the evidence's capped output tail names every stuck rank however long the stacks are
-    print("; ".join(f"rank {rank} did not finish" for rank in stacks), flush=True)
+    ctx.progress("; ".join(f"rank {rank} did not finish" for rank in stacks))
     threading.Event().wait()
 
 
@@ -447,7 +445,7 @@ def run_distributed(ctx, backend):
                     with open(path) as fh:
                         store[rank] = fh.read()
     if stacks or None in codes:
-        report_hang_to_watchdog(stacks or {r: "(killed: no stack)" for r, c in enumerate(codes) if c is None})
+        report_hang_to_watchdog(ctx, stacks or {r: "(killed: no stack)" for r, c in enumerate(codes) if c is None})
     missing = [f"rank {r} exited with {codes[r]} without a result" for r in range(WORLD) if r not in results]
     if missing:
         raise RuntimeError("; ".join(missing))

@@ -96,12 +96,12 @@ def build_model(cfg: Config, checkpointing: bool) -> Any:
     return TinyLM()
 
 
-def with_lora(model: Any) -> Any:
+def with_lora(ctx: rocmcheck.ProbeContext, model: Any) -> Any:
     """Wrap the feed-forward layers in LoRA adapters; skip when peft is not installed."""
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as exc:
-        raise rocmcheck.Skip(f"peft is not installed ({exc}); the LoRA variant needs it") from None
+        ctx.skip(f"peft is not installed ({exc}); the LoRA variant needs it")
     torch.manual_seed(1)
     return get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
                                             target_modules=["linear1", "linear2"]))
@@ -209,7 +209,7 @@ def training(ctx: rocmcheck.ProbeContext, mode: str) -> None:
     cfg = CONFIGS["gpu" if ctx.gpu_sized else "cpu"]
     model = build_model(cfg, checkpointing=mode == "checkpoint")
     if mode == "lora":
-        model = with_lora(model)
+        model = with_lora(ctx, model)
     reference = copy.deepcopy(model).double()  # taken before the device run touches anything
     reference.checkpointing = False
     frozen = {n: numeric.snapshot_bits(p) for n, p in model.named_parameters() if not p.requires_grad}

@@ -49,9 +49,10 @@ def probe(
 ) -> Callable[[ProbeFn], ProbeFn]:
     """Register `func(ctx, **params)` as a probe.
 
-    A probe passes by returning (optionally a dict of measurements), fails by raising
-    `AssertionError`/`rocmcheck.ProbeFailure`, skips with `ctx.skip(reason)`; any other
-    exception is `error`. `variants` is a list of parameter dicts or a dict of lists
+    A probe passes by returning, fails by raising `AssertionError`/`rocmcheck.ProbeFailure`,
+    skips with `ctx.skip(reason)`; any other exception is `error`. It reports through `ctx`:
+    `ctx.measure(**values)`, `ctx.warn(message)`, `ctx.progress(text)` (a returned dict of
+    measurements still counts, for older probes). `variants` is a list of parameter dicts or a dict of lists
     (cartesian product); `gate` is a bool or a predicate over a variant's parameters.
     `env(params)` returns variables set in that variant's child before it imports torch
     (the child is then a fresh interpreter); they are recorded in the verdict.
