@@ -1,6 +1,7 @@
 """Shared test fixtures. The rocmcheck plugin itself is loaded once, by its entry point."""
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -19,6 +20,26 @@ settings.register_profile("rocmcheck", deadline=None, derandomize=True, database
 settings.load_profile("rocmcheck")
 
 FAKE_PROBES = Path(__file__).parent / "tests" / "fake_probes"
+
+
+def probes_in_tree(root: Path = Path(__file__).parent) -> int:
+    """How many probes the library in `root`/probes declares (`@rocmcheck.probe(...)`), read from
+    the source: what every install mode must load, counted without the registry under test."""
+    def declares(node: ast.AST) -> bool:
+        return isinstance(node, ast.Call) and ast.unparse(node.func) == "rocmcheck.probe"
+
+    return sum(declares(d) for path in (root / "probes").glob("*.py")
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, ast.FunctionDef) for d in node.decorator_list)
+
+
+def probe_module(name: str):
+    """A built-in probe module as the registry loads it (for its pure decision functions), whichever
+    way rocmcheck is installed, or from the source tree."""
+    from rocmcheck import registry
+
+    registry.load_all()
+    return sys.modules[f"{registry.BUILTIN}.{name}"]
 
 
 def run_probes(probe: str = "*", inject: str = "", device: str = "cpu", isolation: Optional[str] = None,

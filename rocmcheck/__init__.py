@@ -6,7 +6,7 @@ Importing rocmcheck never imports torch. Public API:
     fault         decorator registering an injectable fault
     ProbeContext  what a probe receives
     ProbeFailure  raise from a probe when the result is wrong
-    Skip          raise from a probe when it does not apply
+    Skip          what ctx.skip raises when a probe does not apply (older probes raise it)
     gate          run the gate from Python; raises GateFailed on NO-GO, TorchMissing
                   where torch cannot be imported
 """

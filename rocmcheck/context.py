@@ -94,6 +94,11 @@ class ProbeContext:
         """Record measurements (kept whatever the verdict, e.g. GB/s, max error)."""
         self.measurements.update(values)
 
+    def progress(self, text: str) -> None:
+        """Say where the probe is: one line of the child's output, flushed at once, so the verdict
+        of a probe that hangs shows in its output's last lines the step it never finished."""
+        print(text, flush=True)
+
     @contextlib.contextmanager
     def first_use(self) -> Iterator[None]:
         """Wrap one first call that compiles or autotunes (a cold MIOpen cache took 63 s for

@@ -36,7 +36,8 @@ class GateFailed(RocmcheckError):
 
 
 class ProbeFailure(AssertionError):
-    """Raise from a probe when the result is wrong; carries optional measurements."""
+    """Raise from a probe when the result is wrong. Measurements given here are kept for older
+    probes; `ctx.measure` records them whatever the verdict."""
 
     def __init__(self, message: str, **measurements: Any):
         super().__init__(message)
@@ -44,7 +45,7 @@ class ProbeFailure(AssertionError):
 
 
 class Skip(Exception):
-    """Raise from a probe (or call `ctx.skip`) when it does not apply on this machine."""
+    """What `ctx.skip` raises when a probe does not apply on this machine (raising it directly still works)."""
 
 
 class Interrupted(BaseException):

@@ -1,23 +1,30 @@
 """Probe registration (`@rocmcheck.probe`) and discovery of probe modules.
 
-Probe modules are loaded by file path, the built-in ones (`rocmcheck/probes/`) as
-`rocmcheck.probes.<name>` and a user's `--probes-path` folders under private module names,
-so no generic top-level name lands on anybody's import path. Loading a probe module never imports torch.
+The built-in library is the package `rocmcheck.probes` (the folder `probes/` of the source tree,
+mapped into the wheel by `package-dir`), found through the import system, so a wheel, an editable
+install and a plain checkout load the same modules. A user's `--probes-path` folders are loaded by
+file path under private module names, so no generic top-level name lands on anybody's import path.
+Loading a probe module never imports torch.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib
 import importlib.util
 import os
+import pkgutil
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from types import ModuleType
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from .errors import UsageError
 from .model import ProbeFn, ProbeSpec, Requires, expand_variants
 
 PROBES_PATH_ENV = "ROCMCHECK_PROBES_PATH"
+BUILTIN = "rocmcheck.probes"
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 _REGISTRY: Dict[str, ProbeSpec] = {}
@@ -43,9 +50,10 @@ def probe(
 ) -> Callable[[ProbeFn], ProbeFn]:
     """Register `func(ctx, **params)` as a probe.
 
-    A probe passes by returning (optionally a dict of measurements), fails by raising
-    `AssertionError`/`rocmcheck.ProbeFailure`, skips with `ctx.skip(reason)`; any other
-    exception is `error`. `variants` is a list of parameter dicts or a dict of lists
+    A probe passes by returning, fails by raising `AssertionError`/`rocmcheck.ProbeFailure`,
+    skips with `ctx.skip(reason)`; any other exception is `error`. It reports through `ctx`:
+    `ctx.measure(**values)`, `ctx.warn(message)`, `ctx.progress(text)` (a returned dict of
+    measurements still counts, for older probes). `variants` is a list of parameter dicts or a dict of lists
     (cartesian product); `gate` is a bool or a predicate over a variant's parameters.
     `env(params)` returns variables set in that variant's child before it imports torch
     (the child is then a fresh interpreter); they are recorded in the verdict.
@@ -81,15 +89,38 @@ def probe(
     return register
 
 
-def builtin_probes_dir() -> Path:
-    """The built-in probe library, `rocmcheck/probes/` (in a checkout and in the wheel alike)."""
-    return Path(__file__).resolve().parent / "probes"
+def builtin_package() -> ModuleType:
+    """The built-in probe library, `rocmcheck.probes`, as the import system finds it: installed
+    (wheel, or an editable install's finder), else in the source tree this package sits in."""
+    try:
+        return importlib.import_module(BUILTIN)
+    except ModuleNotFoundError as exc:
+        if exc.name != BUILTIN:
+            raise
+    return _from_source_tree()
+
+
+def _from_source_tree() -> ModuleType:
+    """A plain checkout, nothing installed: `probes/` beside this package's folder is registered
+    as `rocmcheck.probes` (its submodules then import by name, from that folder), as the wheel's
+    `package-dir` mapping does. Without it the library is missing, never silently empty."""
+    folder = Path(__file__).resolve().parent.parent / "probes"
+    init = folder / "__init__.py"
+    spec = importlib.util.spec_from_file_location(BUILTIN, init, submodule_search_locations=[str(folder)])
+    if not init.is_file() or spec is None or spec.loader is None:
+        raise UsageError(f"the built-in probe library {BUILTIN} cannot be found: it is not installed with "
+                         f"rocmcheck and there is no {init}; reinstall rocmcheck")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[BUILTIN] = module
+    spec.loader.exec_module(module)
+    setattr(sys.modules[__package__], "probes", module)
+    return module
 
 
 def probes_paths(extra: Iterable[str] = ()) -> List[Path]:
-    """The built-in folder, then the environment variable's folders, then `--probes-path`."""
+    """The users' probe folders: the environment variable's, then `--probes-path`."""
     env = [p for p in os.environ.get(PROBES_PATH_ENV, "").split(os.pathsep) if p]
-    paths = [builtin_probes_dir()]
+    paths = []
     for raw in [*env, *extra]:
         path = Path(raw).expanduser()
         if not path.is_dir() or not os.access(path, os.R_OK | os.X_OK):
@@ -98,16 +129,23 @@ def probes_paths(extra: Iterable[str] = ()) -> List[Path]:
     return paths
 
 
-def _module_name(path: Path) -> str:
-    if path.parent == builtin_probes_dir().resolve():
-        return f"rocmcheck.probes.{path.stem}"
-    digest = hashlib.sha1(str(path.parent).encode()).hexdigest()[:10]
-    return f"rocmcheck_userprobes_{digest}.{path.stem}"
+@contextlib.contextmanager
+def _loading(name: str, where: object) -> Iterator[None]:
+    """A probe module that fails to load is one line of bad input, not a crash of ours."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        first = (str(exc).splitlines() or [""])[0]
+        raise UsageError(f"cannot load probe module '{where}': {type(exc).__name__}: {first}") from None
 
 
 def load_module(path: Path) -> None:
-    """Import one probe module by path (once per process)."""
-    name = _module_name(path)
+    """Import one of a user's probe modules by path (once per process)."""
+    digest = hashlib.sha1(str(path.parent).encode()).hexdigest()[:10]
+    name = f"rocmcheck_userprobes_{digest}.{path.stem}"
     if name in sys.modules:
         return
     spec = importlib.util.spec_from_file_location(name, path)
@@ -115,18 +153,27 @@ def load_module(path: Path) -> None:
         raise UsageError(f"cannot load probe module '{path}'")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    try:
+    with _loading(name, path):
         spec.loader.exec_module(module)
-    except UsageError:
-        raise
-    except Exception as exc:  # a user's broken module is bad input, not a crash of ours
-        del sys.modules[name]
-        first = (str(exc).splitlines() or [""])[0]
-        raise UsageError(f"cannot load probe module '{path}': {type(exc).__name__}: {first}") from None
+
+
+def builtin_modules() -> List[str]:
+    """The module names of the built-in library; never empty (that is a broken install, not zero probes)."""
+    package = builtin_package()
+    names = [f"{BUILTIN}.{info.name}" for info in pkgutil.iter_modules(package.__path__)
+             if not info.name.startswith("_")]  # private helpers are not probes
+    if not names:
+        raise UsageError(f"the built-in probe library {BUILTIN} ({', '.join(package.__path__)}) holds no probe "
+                         "module; reinstall rocmcheck")
+    return names
 
 
 def load_all(extra_paths: Iterable[str] = ()) -> Dict[str, ProbeSpec]:
-    """Load every probe module of every probes path; returns the registry (id -> spec)."""
+    """Load the built-in library, then every probe module of the users' folders; returns the
+    registry (id -> spec)."""
+    for name in builtin_modules():
+        with _loading(name, name):
+            importlib.import_module(name)
     for folder in probes_paths(extra_paths):
         for path in sorted(folder.glob("*.py")):
             if not path.name.startswith("_"):  # __init__.py and private helpers are not probes

@@ -1,4 +1,4 @@
-"""Every `torch.` name the rocmcheck package uses, and whether the installed torch has it.
+"""Every `torch.` name the rocmcheck package and its probes use, and whether the installed torch has it.
 
     python scripts/torch_names.py            list the names this torch lacks (exit 1 if any is unguarded)
     python scripts/torch_names.py --record   under the oldest supported torch: write the names it has
@@ -15,10 +15,10 @@ import json
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterable, List
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "rocmcheck"
+SOURCES = (ROOT / "rocmcheck", ROOT / "probes")  # the package and its probe library (rocmcheck.probes)
 IN_OLDEST = ROOT / "tests" / "data" / "torch_names_in_oldest.json"
 
 
@@ -57,11 +57,11 @@ def uses_in(source: str, where: str) -> Dict[str, List[str]]:
     return found
 
 
-def uses(package: Path = PACKAGE) -> Dict[str, List[str]]:
-    """Every torch name used under `package`, with where."""
+def uses(folders: Iterable[Path] = SOURCES) -> Dict[str, List[str]]:
+    """Every torch name used under `folders`, with where (relative to the repository)."""
     merged: Dict[str, List[str]] = defaultdict(list)
-    for path in sorted(package.rglob("*.py")):
-        for name, places in uses_in(path.read_text(encoding="utf-8"), str(path.relative_to(package.parent))).items():
+    for path in sorted(p for folder in folders for p in folder.rglob("*.py")):
+        for name, places in uses_in(path.read_text(encoding="utf-8"), path.relative_to(ROOT).as_posix()).items():
             merged[name] += places
     return dict(merged)
 

@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from conftest import probe_module
+
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.version.cuda, reason="needs a CUDA build of torch: make cuda-build-test")
 
@@ -45,7 +47,7 @@ ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLO
 def test_config_lint_says_which_allocator_variable_this_build_ignores(name):
     """config-lint warns that a variable is ignored exactly when this build's own parser ignores it
     (backend:cudaMallocAsync set through that variable alone, read back without a GPU)."""
-    from rocmcheck.probes import config
+    config = probe_module("config")
 
     env = {k: v for k, v in os.environ.items() if k not in ALLOC_VARS}
     read = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_allocator_backend())"],

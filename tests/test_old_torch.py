@@ -10,7 +10,7 @@ import json
 import os
 import time
 
-from conftest import by_variant, run_probes
+from conftest import by_variant, probe_module, run_probes
 
 
 def test_gate_paths_run_on_the_oldest_supported_api():
@@ -42,7 +42,7 @@ def test_the_float64_reference_loss_is_float64():
     mse_loss raised 'Found dtype Double but expected Float' in backward on every torch before 2.13."""
     import torch
 
-    from rocmcheck.probes import attention
+    attention = probe_module("attention")
 
     model = attention.actor_critic().to(torch.float64)
     obs = torch.zeros(2, attention.TOKENS, attention.OBS, dtype=torch.float64)
@@ -55,7 +55,7 @@ def test_the_float64_reference_loss_is_float64():
 
 
 def test_a_checks_exception_is_its_result_and_the_others_still_run(monkeypatch):
-    from rocmcheck.probes import multigpu
+    multigpu = probe_module("multigpu")
 
     def broken(*args):
         raise ImportError("cannot import name 'fully_shard' from 'torch.distributed.fsdp'")
@@ -70,7 +70,7 @@ def test_a_ranks_own_failure_reaches_the_verdict(tmp_path, monkeypatch):
     """Before: 'rank 0 exited with 1 without a result', the rank's exception lost."""
     import torch.distributed  # noqa: F401 - imported before the rank's 0.5 s deadline starts
 
-    from rocmcheck.probes import multigpu
+    multigpu = probe_module("multigpu")
 
     for name in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)

@@ -5,6 +5,7 @@ site, no checkout on the path, run from an unrelated folder) it works, with and 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_venv, run_in
+from conftest import isolated_env, linked_venv, make_venv, probes_in_tree, run_in
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_SUFFIXES = (".py", ".json", ".typed", ".cpp")
@@ -29,9 +30,11 @@ def wheel(tmp_path_factory) -> Path:
 
 
 def tree_files() -> set:
-    """Every module and data file of the package as it is on disk, caches aside."""
-    return {p.relative_to(ROOT).as_posix() for p in (ROOT / "rocmcheck").rglob("*")
-            if p.is_file() and p.name.endswith(PACKAGE_SUFFIXES) and "__pycache__" not in p.parts}
+    """Every module and data file of the package as it is on disk, caches aside, named as in the
+    wheel: the probe library's folder probes/ is the package rocmcheck.probes there."""
+    found = {p.relative_to(ROOT).as_posix() for folder in ("rocmcheck", "probes") for p in (ROOT / folder).rglob("*")
+             if p.is_file() and p.name.endswith(PACKAGE_SUFFIXES) and "__pycache__" not in p.parts}
+    return {f"rocmcheck/{name}" if name.startswith("probes/") else name for name in found}
 
 
 def test_wheel_holds_exactly_the_package_tree(wheel):
@@ -127,6 +130,92 @@ def test_plugin_in_a_project_of_its_own_writes_the_matrix(torch_venv, elsewhere)
     assert {"device-smoke", "gpu-visible"} <= variants
     collected = run_in(torch_venv, ["python", "-m", "pytest", "-q", "--co", "-p", "no:cacheprovider"], elsewhere)
     assert "test_mine.py::test_mine" in collected.stdout and "rocmcheck::" not in collected.stdout  # inert
+
+
+# --- the three ways to have rocmcheck: a wheel, an editable install, a plain checkout ------------
+# Each must find the whole probe library (the folder probes/, the package rocmcheck.probes) in the
+# parent and in the children that run the probes (zygote server and spawned interpreters).
+
+DEPENDENCIES = ("torch", "numpy", "psutil", "tabulate")  # linked from this interpreter: seconds, not minutes
+WHERE_IS_THE_LIBRARY = "from rocmcheck import registry; print(registry.builtin_package().__path__[0])"
+
+
+def checkout_copy(dest: Path) -> Path:
+    """What a clone of this repository holds: tracked files and new ones not yet committed, never
+    ignored ones (.venv, build/, *.egg-info)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():  # a tracked file deleted from the work tree is listed too
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def deps_venv(tmp_path_factory) -> Path:
+    """rocmcheck's dependencies and torch, and nothing of rocmcheck."""
+    return linked_venv(tmp_path_factory.mktemp("deps") / "venv", *DEPENDENCIES)
+
+
+@pytest.fixture(scope="module")
+def wheel_install(torch_venv, tmp_path_factory) -> tuple:
+    """(venv, folder to run in, the command, where the library must be found)."""
+    (site,) = torch_venv.glob("lib/python*/site-packages")
+    return torch_venv, tmp_path_factory.mktemp("wheel-run"), ["rocmcheck"], site / "rocmcheck" / "probes"
+
+
+@pytest.fixture(scope="module")
+def editable_install(tmp_path_factory) -> tuple:
+    """`pip install -e` of a checkout into a venv of the dependencies (setuptools too: built without
+    isolation, so nothing is downloaded), run from an unrelated folder."""
+    base = tmp_path_factory.mktemp("editable")
+    tree = checkout_copy(base / "tree")
+    venv = linked_venv(base / "venv", *DEPENDENCIES, "setuptools")
+    pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+                          "--no-deps", "--no-build-isolation", "-e", str(tree)],
+                         capture_output=True, text=True, env=isolated_env(venv), cwd=base)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    (base / "elsewhere").mkdir()
+    return venv, base / "elsewhere", ["rocmcheck"], tree / "probes"
+
+
+@pytest.fixture(scope="module")
+def checkout_run(deps_venv, tmp_path_factory) -> tuple:
+    """A checkout and nothing installed: `python -m rocmcheck` from its root."""
+    tree = checkout_copy(tmp_path_factory.mktemp("checkout") / "tree")
+    return deps_venv, tree, ["python", "-m", "rocmcheck"], tree / "probes"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["wheel_install", "editable_install", "checkout_run"])
+def test_every_install_mode_loads_the_whole_library_and_runs_a_probe_in_both_isolations(mode, request, tmp_path):
+    venv, cwd, rocmcheck, library = request.getfixturevalue(mode)
+    found = run_in(venv, ["python", "-c", WHERE_IS_THE_LIBRARY], cwd)
+    assert Path(found.stdout.strip()) == library, found.stdout + found.stderr[-2000:]
+    listed = run_in(venv, [*rocmcheck, "list"], cwd)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert listed.stdout.rstrip().endswith(f" of {probes_in_tree()} probes"), listed.stdout[-300:]
+    for isolation in ("zygote", "spawn"):
+        report = tmp_path / f"{isolation}.json"
+        run = run_in(venv, [*rocmcheck, "run", "--device", "cpu", "--probe", "device-smoke", "--isolation",
+                            isolation, "--json", str(report)], cwd)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        statuses = {v["variant"]: v["status"] for v in json.loads(report.read_text())["verdicts"]}
+        assert statuses == {"device-smoke": "pass"}, (isolation, statuses)
+
+
+@pytest.mark.parametrize("library, said", [("absent", "cannot be found"), ("empty", "holds no probe module")])
+def test_a_checkout_without_its_probe_library_says_so_instead_of_loading_no_probe(deps_venv, tmp_path, library,
+                                                                                 said):
+    shutil.copytree(ROOT / "rocmcheck", tmp_path / "rocmcheck", ignore=shutil.ignore_patterns("__pycache__"))
+    if library == "empty":  # the package without a single probe module
+        (tmp_path / "probes").mkdir()
+        shutil.copy2(ROOT / "probes" / "__init__.py", tmp_path / "probes")
+    listed = run_in(deps_venv, ["python", "-m", "rocmcheck", "list"], tmp_path)
+    assert listed.returncode == 2, listed.stdout[-1000:] + listed.stderr[-1000:]
+    assert "the built-in probe library rocmcheck.probes" in listed.stderr and said in listed.stderr, listed.stderr
+    assert "Traceback" not in listed.stderr
 
 
 # --- no torch: one plain line, exit 2, and the commands that need no torch still work ----------

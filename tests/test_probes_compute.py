@@ -17,21 +17,21 @@ CASES = ("k3", "k3-stride2", "k1", "k3-channels-last")
 def test_conv_backward_reference_matches_finite_differences():
     import numpy as np
 
-    from rocmcheck import compare
+    from rocmcheck import numeric
 
     rng = np.random.default_rng(1)
     x, w, b = rng.standard_normal((2, 3, 7, 6)), rng.standard_normal((4, 3, 3, 3)), rng.standard_normal(4)
     for stride, pad in ((1, 1), (2, 1), (2, 0)):
-        g = rng.standard_normal(compare.conv2d_ref(x, w, b, stride, pad).shape)
-        dx, dw, db = compare.conv2d_backward_ref(x, w, g, stride, pad)
-        loss = lambda x_, w_, b_: float((compare.conv2d_ref(x_, w_, b_, stride, pad) * g).sum())  # noqa: E731
+        g = rng.standard_normal(numeric.conv2d_ref(x, w, b, stride, pad).shape)
+        dx, dw, db = numeric.conv2d_backward_ref(x, w, g, stride, pad)
+        loss = lambda x_, w_, b_: float((numeric.conv2d_ref(x_, w_, b_, stride, pad) * g).sum())  # noqa: E731
         eps = 1e-6
         for grad, arg in ((dx, 0), (dw, 1), (db, 2)):
             for index in [tuple(rng.integers(0, s) for s in grad.shape) for _ in range(5)]:
                 args = [x.copy(), w.copy(), b.copy()]
                 args[arg][index] += eps
-                numeric = (loss(*args) - loss(x, w, b)) / eps
-                assert abs(numeric - grad[index]) < 1e-4, (stride, pad, arg, index)
+                estimate = (loss(*args) - loss(x, w, b)) / eps
+                assert abs(estimate - grad[index]) < 1e-4, (stride, pad, arg, index)
 
 
 def test_conv_forward_and_backward_pass_in_every_dtype_with_first_use_apart(rocm_run):

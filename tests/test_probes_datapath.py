@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import by_variant
+from conftest import by_variant, probe_module
 
 OUR_PROBES = ("transfer", "numerics", "gemm", "training")
 OURS = "(transfer[ or numerics[ or gemm[ or training[) and not hf-training["  # -k expression: our variants only
@@ -135,14 +135,6 @@ def test_list_shows_every_variant_with_its_profile():
         "gemm[fp32-default]", "gemm[fp16-default]", "gemm[bf16-default]", "training[plain]", "training[bf16-autocast]"}
 
 
-def test_probe_modules_load_without_torch_or_numpy():
-    code = ("import sys; from rocmcheck import registry; "
-            f"[registry.load_module(registry.builtin_probes_dir() / (p + '.py')) for p in {OUR_PROBES!r}]; "
-            "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert out.stdout.strip() == "[]"
-
-
 def test_known_issues_name_our_probes_and_match_their_failures():
     from rocmcheck import known_issues, registry
     from rocmcheck.model import Status, Verdict
@@ -179,21 +171,13 @@ def test_lora_trains_adapters_and_keeps_the_base_frozen(rocm_run):
     assert 0 < v["measurements"]["trainable"] < v["measurements"]["params"]
 
 
-def probe_module(name):
-    """A built-in probe module as the registry loads it (for its pure decision functions)."""
-    from rocmcheck import registry
-
-    registry.load_all()
-    return sys.modules[f"rocmcheck.probes.{name}"]
-
-
 def test_device_checksum_tells_the_failing_direction():
     import torch
 
-    from rocmcheck import compare
+    from rocmcheck import numeric
 
     origin = probe_module("transfer").origin
-    pattern = compare.Pattern(3_000_000, "bfloat16")
+    pattern = numeric.Pattern(3_000_000, "bfloat16")
     want = pattern.values(1)
     assert origin(torch.from_numpy(want.copy()).view(torch.bfloat16), pattern, 1, 2_999_999).startswith(
         "device-to-host")

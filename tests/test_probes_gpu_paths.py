@@ -10,22 +10,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from conftest import by_variant
+from conftest import by_variant, probe_module
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def probe_module(name):
-    from rocmcheck import registry
-
-    registry.load_all()
-    return sys.modules[f"rocmcheck.probes.{name}"]
 
 
 def write_probe(folder, source):

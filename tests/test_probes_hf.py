@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from conftest import by_variant
+from conftest import by_variant, probe_module
 
 FAKE_LIBRARIES = {
     # torch < 2.6 has no torch.int1: take it away in the child, then use it as torchao's dtypes do
@@ -106,13 +106,10 @@ def test_hf_training_fails_on_a_batch_corrupted_on_its_way_and_on_zero_gradients
 
 
 def test_hf_training_skips_naming_the_missing_library(monkeypatch):
-    import sys
-
     import rocmcheck
-    from rocmcheck import registry
 
-    registry.load_all()
+    hf = probe_module("hf")
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
     with pytest.raises(rocmcheck.Skip, match=r"^peft not installed: pip install 'rocmcheck\[hf\]'$"):
-        sys.modules["rocmcheck.probes.hf"].require_stack()
+        hf.require_stack(rocmcheck.ProbeContext())

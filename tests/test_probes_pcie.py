@@ -5,20 +5,12 @@ facts naming the GPU's PCI address; the timing helper is pure over the clock it 
 """
 from __future__ import annotations
 
-import sys
 import textwrap
 
 import pytest
 
 import rocmcheck
-
-
-def pcie():
-    from rocmcheck import registry
-
-    registry.load_all()
-    return sys.modules["rocmcheck.probes.pcie"]
-
+from conftest import probe_module
 
 GEN4, GEN3 = "16.0 GT/s PCIe", "8.0 GT/s PCIe"
 FACTS = {"devices": [{"index": 0, "pci_address": "0000:03:00.0"}]}  # make_host's first GPU
@@ -48,13 +40,13 @@ def test_samples_are_timed_by_the_clock_given_after_an_untimed_warm_up():
 
     calls = []
     clock = Scripted([0.004, 0.001, 0.002, 0.008, 0.002])
-    rates = pcie().sample_gbps(clock, lambda: calls.append(1), 8_000_000, 5)
+    rates = probe_module("pcie").sample_gbps(clock, lambda: calls.append(1), 8_000_000, 5)
     assert rates == {"median": 4.0, "min": 1.0, "max": 8.0}
     assert len(calls) == 6 and clock.durations == []  # warm-up + 5 samples, each sample timed once
 
 
 def test_device_events_time_gpu_copies_and_the_wall_clock_cpu_ones():
-    mod = pcie()
+    mod = probe_module("pcie")
     assert isinstance(mod.clock_for(rocmcheck.ProbeContext(device="cuda:1")), mod.EventClock)
     cpu = mod.clock_for(rocmcheck.ProbeContext(device="cpu"))
     assert isinstance(cpu, mod.WallClock) and cpu.seconds(lambda: sum(range(1000))) > 0
@@ -71,7 +63,7 @@ def test_link_verdict_compares_speed_and_width_with_the_maximum(tmp_path, link, 
     from rocmcheck import hostgpu
 
     root = make_host(tmp_path, nvidia=1, link=link)
-    got, message = pcie().link_verdict(hostgpu.pci_device("03:00.0", root))
+    got, message = probe_module("pcie").link_verdict(hostgpu.pci_device("03:00.0", root))
     assert got is ok and words in message
 
 
@@ -80,12 +72,12 @@ def test_missing_link_files_skip_with_the_reason(fake_host):
     (root / "sys/bus/pci/devices/0000:03:00.0/current_link_speed").unlink()
     ctx = rocmcheck.ProbeContext(device="cpu", device_facts=FACTS)
     with pytest.raises(rocmcheck.Skip, match=r"the PCIe link of 0000:03:00.0 cannot be read \(current None x16"):
-        pcie().check_link(ctx, 0)
+        probe_module("pcie").check_link(ctx, 0)
     with pytest.raises(rocmcheck.Skip, match="no GPU function at 0000:04:00.0"):
         facts = {"devices": [{"index": 0, "pci_address": "0000:04:00.0"}]}
-        pcie().check_link(rocmcheck.ProbeContext(device_facts=facts), 0)
+        probe_module("pcie").check_link(rocmcheck.ProbeContext(device_facts=facts), 0)
     with pytest.raises(rocmcheck.Skip, match="PCI address of device 1 is unknown"):
-        pcie().check_link(ctx, 1)
+        probe_module("pcie").check_link(ctx, 1)
 
 
 def test_a_gen3_link_on_a_gen4_slot_warns_through_the_runner(rocm_run, tmp_path, fake_host):

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from conftest import by_variant
+from conftest import by_variant, probe_module
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/environ")
@@ -37,14 +37,6 @@ def test_per_variant_env_is_in_the_childs_initial_environment_and_recorded(rocm_
         v = verdicts[f"env-probe[{value}]"]
         assert v["status"] == "pass", v["message"]
         assert v["env"] == {"ROCMCHECK_OTHER": "1", "ROCMCHECK_TEST_VALUE": value}
-
-
-def probe_module(name):
-    """A built-in probe module as loaded by the registry (for its pure decision functions)."""
-    from rocmcheck import registry
-
-    registry.load_all()
-    return sys.modules[f"rocmcheck.probes.{name}"]
 
 
 # --- every probe without faults: pass or an honest skip -------------------------------------

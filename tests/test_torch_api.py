@@ -1,7 +1,8 @@
-"""Every torch name the package uses works on every supported torch, checked on whichever torch is
+"""Every torch name the package and its probes use works on every supported torch, checked on whichever torch is
 installed: a name newer than the oldest supported torch is reached only through rocmcheck/torchapi.py
 (with its fallback), and every other name is one the oldest supported torch really has
 (tests/data/torch_names_in_oldest.json, recorded under that torch by scripts/torch_names.py --record)."""
+import ast
 import importlib.util
 import sys
 import types
@@ -51,6 +52,14 @@ def test_names_resolve_on_the_installed_torch():
     lacking += [name for name, (first, _) in SINCE.items()
                 if torchapi.version_tuple(first) <= installed and not torchapi.lookup(name)[0]]
     assert not lacking, f"torch {torch.__version__} lacks {lacking}"
+
+
+def test_the_reading_covers_the_probe_library():
+    """The probes live beside the package, in probes/: every probe file that uses torch is read."""
+    read = {place.rsplit(":", 1)[0] for places in USES.values() for place in places}
+    using = {f"probes/{p.name}" for p in (ROOT / "probes").glob("*.py")
+             if any(isinstance(n, ast.Name) and n.id == "torch" for n in ast.walk(ast.parse(p.read_text("utf-8"))))}
+    assert len(using) > 10 and using <= read, sorted(using - read)
 
 
 def test_the_reading_sees_aliases_imports_and_chains():

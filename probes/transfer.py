@@ -19,9 +19,9 @@ measurements per dtype, because they describe one failure rather than a workarou
 variant per combination would cost one GPU runtime start each. The gate holds the
 training-context variants, where the seeds' failure appeared; the isolated ones (full
 profile) tell whether the context matters. Bandwidth is measured by `pcie-link`
-(rocmcheck/probes/pcie.py), with device events and buffers allocated outside the clock.
+(probes/pcie.py), with device events and buffers allocated outside the clock.
 
-Each repeat sends a different pattern (`compare.Pattern`: never zero, NaN or subnormal, and
+Each repeat sends a different pattern (`numeric.Pattern`: never zero, NaN or subnormal, and
 different at every index from the previous repeat, so stale data fails). A bad read-back is
 attributed with a device-side checksum: the device holding the right bytes means the fault is
 device-to-host, otherwise host-to-device. The side-stream method waits with `wait_stream` and
@@ -40,14 +40,15 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import rocmcheck
-from rocmcheck import compare, hostgpu, torchapi
+from rocmcheck import hostgpu, numeric, torchapi
+from rocmcheck.lazy import np, torch
 
 METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream", "d2h", "d2d")
 FROM_DEVICE = ("d2h", "d2d")  # the source is staged on the device; the copy under test starts there
 CONTEXTS = ("isolated", "training")
 PINNED_METHODS = ("pinned", "side-stream")
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
-ALL = compare.PATTERN_DTYPES
+ALL = numeric.PATTERN_DTYPES
 F32 = ("float32",)
 
 # (bytes, dtypes, repeats) per (device kind, profile); every entry runs contiguous and strided.
@@ -157,8 +158,6 @@ class TrainingLoad:
     training step without waiting for it, so transfers run with kernels in flight."""
 
     def __init__(self, device: str, on_gpu: bool):
-        import torch
-
         torch.manual_seed(0)
         # 3.1M parameters on a GPU, like the seeds' model; a token load on the CPU, where nothing is in flight
         width, layers, batch, seq = (256, 4, 8, 64) if on_gpu else (32, 1, 2, 16)
@@ -185,8 +184,6 @@ class Sender:
         self.side = torchapi.new_stream(device) if on_gpu and method == "side-stream" else None
 
     def stage(self, src: Any, src_np: Any) -> Any:
-        import torch
-
         if self.method in PINNED_METHODS and self.on_gpu:
             return src.pin_memory()
         if self.method in ("tensor", "as-tensor"):
@@ -200,8 +197,6 @@ class Sender:
         return src
 
     def send(self, staged: Any, dtype: str) -> Any:
-        import torch
-
         m = self.method
         if m == "to":
             return staged.to(self.device, copy=self.copy)
@@ -238,23 +233,19 @@ class Sender:
         return out
 
 
-def source(pattern: compare.Pattern, seed: int, contiguous: bool) -> Any:
+def source(pattern: numeric.Pattern, seed: int, contiguous: bool) -> Any:
     """The pattern for `seed` written straight into a new host buffer (no full-size temporaries):
     contiguous, or every other element of a buffer twice as long (a strided, non-dense source)."""
-    import numpy as np
-
     buf = np.empty(pattern.n * (1 if contiguous else 2), dtype=pattern.store)
     return pattern.fill(buf if contiguous else buf[::2], seed)
 
 
 def as_tensor_of(src_np: Any, dtype: str) -> Any:
-    import torch
-
     t = torch.from_numpy(src_np)
     return t.view(torch.bfloat16) if dtype == "bfloat16" else t
 
 
-def origin(dst: Any, pattern: compare.Pattern, seed: int, first_bad: int, method: str = "",
+def origin(dst: Any, pattern: numeric.Pattern, seed: int, first_bad: int, method: str = "",
            device_source: Any = None) -> str:
     """Which direction failed, judged on a window of elements around the first bad one (bounded
     time whatever the copy's size): a checksum computed on the device equal to the host's
@@ -262,10 +253,10 @@ def origin(dst: Any, pattern: compare.Pattern, seed: int, first_bad: int, method
     lo = max(0, min(first_bad - ATTRIBUTION_WINDOW // 2, pattern.n - ATTRIBUTION_WINDOW))
     hi = min(pattern.n, lo + ATTRIBUTION_WINDOW)
     where = f"judged on elements {lo}..{hi - 1}"
-    want = compare.checksum(pattern.values(seed, lo, hi))
+    want = numeric.checksum(pattern.values(seed, lo, hi))
 
     def right(t: Any) -> bool:
-        return compare.device_checksum(t.detach().reshape(-1)[lo:hi]) == want
+        return numeric.device_checksum(t.detach().reshape(-1)[lo:hi]) == want
 
     if right(dst) or (method == "d2h" and right(device_source)):
         return f"device-to-host (the device holds the right data; the read-back is wrong; {where})"
@@ -282,7 +273,7 @@ class Tally:
         self.bad: List[str] = []
         self.copies = 0
 
-    def add(self, case: Case, repeat: int, check: compare.BitCheck, where: Optional[str]) -> None:
+    def add(self, case: Case, repeat: int, check: numeric.BitCheck, where: Optional[str]) -> None:
         s = self.stats.setdefault(case.dtype, {"copies": 0, "bad_copies": 0, "mismatches": 0, "zeros": 0,
                                                "nans": 0, "first_bad": -1})
         self.copies += 1
@@ -317,7 +308,7 @@ def transfer(ctx: rocmcheck.ProbeContext, method: str, context: str) -> None:
     cases = plan(ctx)
     biggest = max(c.nbytes for c in cases)
     for case in cases:
-        pattern = compare.Pattern(case.nbytes // compare.Pattern.itemsize(case.dtype), case.dtype)
+        pattern = numeric.Pattern(case.nbytes // numeric.Pattern.itemsize(case.dtype), case.dtype)
         for repeat in range(1, case.repeats + 1):
             src_np = source(pattern, repeat, case.contiguous)  # the reference is the pattern, rebuilt when checking
             staged = sender.stage(as_tensor_of(src_np, case.dtype), src_np)
@@ -326,7 +317,7 @@ def transfer(ctx: rocmcheck.ProbeContext, method: str, context: str) -> None:
                 load.step()
             dst = sender.send(staged, case.dtype)
             ctx.synchronize()
-            check = pattern.check(compare.tensor_bits(dst).reshape(-1), repeat)
+            check = pattern.check(numeric.tensor_bits(dst).reshape(-1), repeat)
             where = None
             if not check.ok and len(tally.bad) < MAX_ATTRIBUTED:
                 where = origin(dst, pattern, repeat, check.first_bad, method, staged if method in FROM_DEVICE else None)

@@ -1,9 +1,11 @@
-"""Comparisons and metrics shared by the data-path probes (transfer, numerics, GEMM, training).
+"""Numeric checks for probes: float64 references, per-dtype tolerances and the comparisons of a
+result with them (transfer, numerics, GEMM, conv, training). Not `diff`, which compares runs.
 
 Every reference here is computed with numpy, never with torch, so a fault injected into
 torch (or a broken device) cannot make the reference agree with the result it checks.
-numpy is imported inside the functions (probe modules import this module at load time,
-and `rocmcheck list` must stay instant); torch only inside the helpers that take tensors.
+numpy and torch are `rocmcheck.lazy` handles, imported on first use (probe modules import this
+module at load time, and `rocmcheck list` must stay instant); torch is used only by the helpers
+that take tensors.
 
 - `bitwise`: bit-for-bit comparison with counts of zeros, NaN and the first bad index.
 - `close`: tolerance comparison against a float64 reference, with dtype-scaled tolerances.
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from .lazy import np, torch
 
 # name -> (exponent bits, mantissa bits) of the IEEE-style binary formats.
 FLOAT_FORMATS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52)}
@@ -63,16 +67,12 @@ class BitCheck:
 
 def bits(a: Any) -> Any:
     """The unsigned-integer bit patterns of a numpy array (same shape and strides)."""
-    import numpy as np
-
     a = np.asarray(a)
     return a.view(np.dtype(f"u{a.dtype.itemsize}"))
 
 
 def classify(b: Any, fmt: Optional[str]) -> "tuple":
     """(is_zero, is_nan) masks of bit patterns `b` read as float format `fmt` (None: integers)."""
-    import numpy as np
-
     if fmt not in FLOAT_FORMATS:
         return b == 0, np.zeros(b.shape, dtype=bool)
     exp_bits, man_bits = FLOAT_FORMATS[fmt]
@@ -97,8 +97,6 @@ def bitwise(got: Any, want: Any, fmt: Optional[str] = None, nan_equal: bool = Fa
     NaN for any NaN: IEEE 754 leaves NaN payloads to the implementation (CPU casts give
     0x7FC0, CUDA's 0x7FFF), so casts are compared by NaN class, transfers by exact bits.
     """
-    import numpy as np
-
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape or got.dtype.itemsize != want.dtype.itemsize:
         raise ValueError(f"cannot compare {got.dtype}{list(got.shape)} with {want.dtype}{list(want.shape)}")
@@ -132,8 +130,6 @@ def _weighted_sum(pieces: Any, arange: Any, widen: Any) -> int:
 
 def checksum(a: Any) -> int:
     """Position-weighted checksum of a numpy array's bytes in C order."""
-    import numpy as np
-
     flat = np.ascontiguousarray(a).reshape(-1)
     pieces = flat.view(np.uint8 if flat.dtype.itemsize == 1 else np.uint16)
     return _weighted_sum(pieces, np.arange, lambda p: p.astype(np.int64))
@@ -145,8 +141,6 @@ def device_checksum(t: Any) -> int:
     Equal to the host checksum of the data sent means the device holds the right bytes,
     so a bad read-back is a device-to-host fault; different means host-to-device.
     """
-    import torch
-
     flat = t.detach().contiguous().reshape(-1)
     if not flat.numel():
         return 0  # an empty tensor cannot be viewed as another dtype
@@ -164,8 +158,6 @@ def bf16_bits(x: Any) -> Any:
 
     NaN becomes the canonical quiet NaN 0x7FC0; overflow rounds to +-inf.
     """
-    import numpy as np
-
     with np.errstate(over="ignore"):
         x = np.asarray(x, dtype=np.float32)
     u = x.view(np.uint32).astype(np.uint64)
@@ -175,8 +167,6 @@ def bf16_bits(x: Any) -> Any:
 
 def bf16_value(b: Any) -> Any:
     """bfloat16 bit patterns -> float32 values (exact)."""
-    import numpy as np
-
     return (np.asarray(b).astype(np.uint32) << 16).view(np.float32)
 
 
@@ -186,8 +176,6 @@ def round_to(x: Any, dtype: Any) -> Any:
     bfloat16 rounds through float32 first; the double rounding this implies differs from a
     direct float64 -> bfloat16 rounding only on float32 ties, never on zeros or NaN.
     """
-    import numpy as np
-
     name = dtype_name(dtype)
     x = np.asarray(x)
     with np.errstate(over="ignore"):  # values beyond the format's range round to inf, as they should
@@ -237,8 +225,6 @@ def close(got: Any, ref: Any, dtype: Any, scale: Any = None, tol: Optional[float
     smallest normal); pass |A|.|B| for products. `tol` defaults to TOLERANCE[dtype].
     Equal values (inf included) and NaN-for-NaN always pass.
     """
-    import numpy as np
-
     name = dtype_name(dtype)
     got = np.asarray(got, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
@@ -266,8 +252,6 @@ def close(got: Any, ref: Any, dtype: Any, scale: Any = None, tol: Optional[float
 
 def rel_l2(got: Any, ref: Any) -> float:
     """||got - ref|| / ||ref|| in float64 (inf when ref is all zero and got is not; NaN propagates)."""
-    import numpy as np
-
     got = np.asarray(got, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     num = float(np.linalg.norm((got - ref).ravel()))
@@ -282,15 +266,11 @@ def rel_l2(got: Any, ref: Any) -> float:
 
 def windows(x: Any, k: int, stride: int, pad: int) -> Any:
     """im2col view of NCHW `x`: shape (N, C, Ho, Wo, k, k)."""
-    import numpy as np
-
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     return np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))[:, :, ::stride, ::stride]
 
 
 def conv2d_ref(x: Any, w: Any, b: Any, stride: int = 1, pad: int = 1) -> Any:
-    import numpy as np
-
     return np.einsum("nchwij,ocij->nohw", windows(x, w.shape[-1], stride, pad), w, optimize=True) \
         + b[None, :, None, None]
 
@@ -298,8 +278,6 @@ def conv2d_ref(x: Any, w: Any, b: Any, stride: int = 1, pad: int = 1) -> Any:
 def conv2d_backward_ref(x: Any, w: Any, g: Any, stride: int = 1, pad: int = 1) -> "tuple":
     """(grad of x, grad of w, grad of b) of sum(conv2d(x, w, b) * g): the weight gradient
     from the same windows, the input gradient by scattering each window's share back (col2im)."""
-    import numpy as np
-
     k = w.shape[-1]
     cols = windows(x, k, stride, pad)
     dw = np.einsum("nohw,nchwij->ocij", g, cols, optimize=True)
@@ -337,16 +315,12 @@ class Pattern:
     CHUNK = 1 << 22
 
     def __init__(self, n: int, dtype: str):
-        import numpy as np
-
         store, self.exp_bits, self.man_bits, self.exp_lo, self.exp_span = _PATTERN_FORMATS[dtype]
         self.n, self.dtype, self.store = n, dtype, store
         self.width = np.dtype(store).itemsize * 8
 
     @staticmethod
     def itemsize(dtype: str) -> int:
-        import numpy as np
-
         return np.dtype(_PATTERN_FORMATS[dtype][0]).itemsize
 
     def mask(self, seed: int) -> int:
@@ -356,8 +330,6 @@ class Pattern:
 
     def _bits(self, seed: int, start: int, stop: int) -> Any:
         """Unsigned bit patterns of elements start..stop for `seed`."""
-        import numpy as np
-
         h = np.arange(start, stop, dtype=np.uint32)
         h *= np.uint32(0x9E3779B1)
         h ^= h >> np.uint32(16)
@@ -375,8 +347,6 @@ class Pattern:
 
     def values(self, seed: int, start: int = 0, stop: Optional[int] = None) -> Any:
         """A new contiguous array of elements start..stop of the pattern for `seed` (as `self.store`)."""
-        import numpy as np
-
         return self._bits(seed, start, self.n if stop is None else stop).view(np.dtype(self.store))
 
     def fill(self, out: Any, seed: int) -> Any:
@@ -405,8 +375,6 @@ class Pattern:
 def tensor_bits(t: Any) -> Any:
     """A host numpy array of a tensor's bit patterns (uint, same shape), read back with `.cpu()`
     from a device (a host tensor is read in place: its read-back already happened)."""
-    import torch
-
     int_type = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
     t = t.detach().view(int_type)
     return bits((t if t.device.type == "cpu" else t.cpu()).numpy())
@@ -424,8 +392,6 @@ def changed(before: Dict[str, Any], named_tensors: Iterable[Tuple[str, Any]]) ->
 
 def to_numpy(t: Any) -> Any:
     """A host numpy copy of a tensor's values; bfloat16 is widened to float32 in numpy, exactly."""
-    import numpy as np
-
     if dtype_name(t.dtype) == "bfloat16":
         return bf16_value(tensor_bits(t))
     return np.array(t.detach().cpu().numpy(), copy=True)
@@ -433,9 +399,6 @@ def to_numpy(t: Any) -> Any:
 
 def from_numpy(x: Any, dtype: Any) -> Any:
     """A CPU tensor holding `x` rounded to `dtype` by numpy (`round_to`), not by torch's cast."""
-    import numpy as np
-    import torch
-
     name = dtype_name(dtype)
     x = np.ascontiguousarray(x)
     if name == "bfloat16":

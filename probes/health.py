@@ -45,10 +45,10 @@ def node_health(ctx):
     finding = nodehealth.judge((ctx.baseline or {}).get(address), now, index)
     ctx.measure(**finding.measurements)
     if finding.status == "fail":
-        raise rocmcheck.ProbeFailure(finding.message, action=finding.action)
+        ctx.measure(action=finding.action)
+        raise rocmcheck.ProbeFailure(finding.message)
     if finding.status == "skip":
         ctx.skip(finding.message)
     if finding.status == "warn":
         ctx.warn(finding.message)
     ctx.measure(summary=finding.message)  # a pass says what was read, not just "ok"
-    return None

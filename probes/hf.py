@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List
 
 import rocmcheck
-from rocmcheck import compare, torchapi
+from rocmcheck import numeric, torchapi
+from rocmcheck.lazy import np, torch
 
 MODEL = {"vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64, "use_cache": False}
@@ -34,17 +35,16 @@ TOLERANCES = {"fp32": (1e-4, 1e-3), "bf16": (3e-2, 1e-1)}
 LINKS = ("https://github.com/ROCm/hip/issues/3874", "https://github.com/ROCm/TheRock/issues/8379")
 
 
-def require_stack() -> None:
+def require_stack(ctx: rocmcheck.ProbeContext) -> None:
     import importlib.util
 
     missing = [m for m in ("transformers", "peft", "accelerate") if importlib.util.find_spec(m) is None]
     if missing:
-        raise rocmcheck.Skip(f"{', '.join(missing)} not installed: pip install 'rocmcheck[hf]'")
+        ctx.skip(f"{', '.join(missing)} not installed: pip install 'rocmcheck[hf]'")
 
 
 def build(checkpointing: bool) -> Any:
     """The LoRA-wrapped model, the same weights on every call (seeded)."""
-    import torch
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -67,8 +67,6 @@ class Trace:
 
 def train(model: Any, optimizer: Any, batches: Iterable[Any], backward: Any, autocast: Any) -> Trace:
     """The user's loop; `batches` already yields tensors on the model's device."""
-    import torch
-
     trace = Trace()
     lora = {n: p for n, p in model.named_parameters() if p.requires_grad}
     model.train()
@@ -84,7 +82,7 @@ def train(model: Any, optimizer: Any, batches: Iterable[Any], backward: Any, aut
                 trace.nonfinite.append(f"step {step}: {n}")
             trace.ever_nonzero[n] = trace.ever_nonzero.get(n, False) or (g is not None and bool((g != 0).any()))
         if step == 1:
-            trace.first_grads = {n: compare.to_numpy(p.grad).astype("float64") for n, p in lora.items()
+            trace.first_grads = {n: numeric.to_numpy(p.grad).astype("float64") for n, p in lora.items()
                                  if p.grad is not None}
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -93,7 +91,6 @@ def train(model: Any, optimizer: Any, batches: Iterable[Any], backward: Any, aut
 
 def on_device(model: Any, data: Any, device: str, placement: str, precision: str) -> Trace:
     """Train through Accelerate's prepare() or with plain `.to(device)` placement."""
-    import torch
     from torch.utils.data import DataLoader, TensorDataset
 
     kind = torch.device(device).type
@@ -132,8 +129,6 @@ def accelerate_state_released() -> Iterator[None]:
 
 def reference(data: Any) -> Trace:
     """float64 on the CPU, batches sliced from the numpy data: none of the paths under test."""
-    import torch
-
     model = build(checkpointing=False).double()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR)
     batches = ((torch.from_numpy(data[i:i + BATCH]),) for i in range(0, len(data), BATCH))
@@ -142,8 +137,6 @@ def reference(data: Any) -> Trace:
 
 def problems(trace: Trace, ref: Trace, data: Any, adapters: List[str], changed: List[str],
              frozen_changed: List[str], precision: str) -> List[str]:
-    import numpy as np
-
     found = []
     for step, got in enumerate(trace.batches, 1):
         want = data[(step - 1) * BATCH:step * BATCH]
@@ -172,9 +165,7 @@ def problems(trace: Trace, ref: Trace, data: Any, adapters: List[str], changed: 
     if set(trace.first_grads) != set(names):
         found.append("first-step LoRA gradients missing for " + ", ".join(sorted(set(names) - set(trace.first_grads))))
     else:
-        import numpy as np
-
-        err = compare.rel_l2(np.concatenate([trace.first_grads[n].ravel() for n in names]),
+        err = numeric.rel_l2(np.concatenate([trace.first_grads[n].ravel() for n in names]),
                              np.concatenate([ref.first_grads[n].ravel() for n in names]))
         if not err <= grad_tol:
             found.append(f"first-step LoRA gradients differ from the CPU float64 run by {err:.3g} "
@@ -197,18 +188,16 @@ def problems(trace: Trace, ref: Trace, data: Any, adapters: List[str], changed: 
 )
 def hf_training(ctx: rocmcheck.ProbeContext, placement: str, precision: str, activations: str) -> None:
     """`activations`: stored for backward, or checkpointed (recomputed: gradient checkpointing)."""
-    import numpy as np
-
-    require_stack()
+    require_stack(ctx)
     data = np.random.default_rng(0).integers(0, MODEL["vocab_size"], (STEPS * BATCH, SEQ))
     model = build(checkpointing=activations == "checkpointed")
     adapters = [n for n, p in model.named_parameters() if p.requires_grad]
-    before = {n: compare.snapshot_bits(p) for n, p in model.named_parameters()}
+    before = {n: numeric.snapshot_bits(p) for n, p in model.named_parameters()}
     trace = on_device(model, data, ctx.device, placement, precision)
     ref = reference(data)
     params = dict(model.named_parameters())
-    changed = compare.changed({n: before[n] for n in adapters}, ((n, params[n]) for n in adapters))
-    frozen_changed = compare.changed({n: b for n, b in before.items() if n not in adapters}, params.items())
+    changed = numeric.changed({n: before[n] for n in adapters}, ((n, params[n]) for n in adapters))
+    frozen_changed = numeric.changed({n: b for n, b in before.items() if n not in adapters}, params.items())
     ctx.measure(params=sum(p.numel() for p in params.values()), trainable=sum(params[n].numel() for n in adapters),
                 losses=[round(v, 5) for v in trace.losses], ref_losses=[round(v, 5) for v in ref.losses])
     found = problems(trace, ref, data, adapters, changed, frozen_changed, precision)

@@ -29,6 +29,7 @@ import time
 
 import rocmcheck
 from rocmcheck import torchapi
+from rocmcheck.lazy import np, torch
 
 LINKS = (
     "https://github.com/ROCm/rccl/issues/1129",
@@ -74,8 +75,6 @@ def inventory_risks(archs, cmdline, backend):
     requires={"gpu": True},
 )
 def multigpu_inventory(ctx):
-    import torch
-
     from rocmcheck.fingerprint import bare_arch, kernel_cmdline
 
     kind = torch.device(ctx.device).type
@@ -99,14 +98,10 @@ def multigpu_inventory(ctx):
 
 def byte_pattern(size, salt):
     """Bytes 1..251 in a salted sequence: never zero, and a stale or shifted copy cannot match."""
-    import numpy as np
-
     return ((np.arange(size, dtype=np.int64) * 7 + salt) % 251 + 1).astype(np.uint8)
 
 
 def first_difference(got, want):
-    import numpy as np
-
     bad = np.flatnonzero(got != want)
     return None if bad.size == 0 else f"{bad.size} of {want.size} bytes differ (first at {bad[0]}: " \
                                       f"{got[bad[0]]} != {want[bad[0]]}; zeros {int((got[bad] == 0).sum())})"
@@ -123,8 +118,6 @@ def first_difference(got, want):
     variants={"path": ["direct", "staged"]},
 )
 def multigpu_peer_copy(ctx, path):
-    import torch
-
     kind = torch.device(ctx.device).type
     count = torchapi.device_count(kind)
     problems, copies = [], 0
@@ -155,15 +148,11 @@ def small_mlp(torch, features=FEATURES):
 
 def batch(rows, features=FEATURES):
     """Inputs and targets from numpy, identical in every process."""
-    import numpy as np
-
     rng = np.random.default_rng(11)
     return rng.standard_normal((rows, features)), rng.standard_normal((rows, 4))
 
 
 def relative_gap(got, want):
-    import numpy as np
-
     return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-12))
 
 
@@ -179,8 +168,6 @@ def relative_gap(got, want):
 def multigpu_dataparallel(ctx):
     import copy
 
-    import torch
-
     torchapi.cuda_only(ctx.device, "nn.DataParallel (its scatter and gather are CUDA-only)")
     ctx.strict_fp32()
     x_np, _ = batch(64)
@@ -192,9 +179,9 @@ def multigpu_dataparallel(ctx):
     devices = [first] + [i for i in range(torch.cuda.device_count()) if i != first]  # outputs gather on ctx.device
     parallel = torch.nn.DataParallel(model.to(ctx.device), device_ids=devices)
     x = torch.from_numpy(x_np).float().to(ctx.device)
-    print("dataparallel: forward", flush=True)
+    ctx.progress("dataparallel: forward")
     out = parallel(x)
-    print("dataparallel: backward", flush=True)
+    ctx.progress("dataparallel: backward")
     out.square().mean().backward()
     ctx.synchronize()
     gaps = {"out": relative_gap(out.detach().double().cpu().numpy(), ref_out.detach().numpy())}
@@ -219,8 +206,6 @@ def reference_step(torch, model, x, y):
 
 
 def step_gap(torch, params, reference):
-    import numpy as np
-
     got = [(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().to("cpu", torch.float64).numpy()
            for p in params]
     scale = max(float(np.abs(r).max()) for r in reference)
@@ -229,8 +214,6 @@ def step_gap(torch, params, reference):
 
 def check_all_reduce(torch, dist, device, rank, world):
     """Each rank contributes (rank + 1) * pattern; everyone must get the exact sum."""
-    import numpy as np
-
     pattern = np.arange(4099, dtype=np.int64) % 1000 + 1
     tensor = torch.from_numpy(pattern * (rank + 1)).to(device=device, dtype=torch.float32, copy=True)
     dist.all_reduce(tensor)
@@ -261,8 +244,6 @@ def check_ddp(torch, dist, device, rank, world):
 
 def check_fsdp(torch, dist, device, rank, world):
     """FSDP (fully_shard) initialises, trains one step, and matches one process."""
-    from rocmcheck import torchapi
-
     fully_shard = torchapi.fully_shard()
     if device.type == "cpu" and torchapi.version_tuple(torch.__version__) < FSDP_ON_CPU:
         raise rocmcheck.Skip(f"FSDP2 on the CPU needs torch 2.6; torch {torch.__version__} puts it on CUDA "
@@ -304,7 +285,6 @@ def rank_main(argv):
     args = parser.parse_args(argv)
     stack = open(args.stack, "w") if args.stack else sys.stderr
     faulthandler.dump_traceback_later(args.timeout, exit=True, file=stack)  # a hung rank reports itself
-    import torch
     import torch.distributed as dist
 
     from rocmcheck.context import pin_fp32
@@ -389,7 +369,7 @@ def rocmcheck_path_env():
     """
     import site
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # above rocmcheck/probes/
+    root = os.path.dirname(os.path.dirname(os.path.abspath(torchapi.__file__)))  # the folder holding rocmcheck/
     current = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     sites = {os.path.abspath(p) for p in [*site.getsitepackages(), site.getusersitepackages()]}
     if root in sites or root in current:
@@ -400,8 +380,6 @@ def rocmcheck_path_env():
 def start_ranks(backend, workdir, timeout):
     """WORLD ranks on this machine: forked when torch never touched a GPU here, else fresh interpreters."""
     import multiprocessing
-
-    import torch
 
     port = free_port()
     fork = backend == "gloo" and hasattr(os, "fork") and not torch.cuda.is_initialized()
@@ -436,16 +414,16 @@ def wait_ranks(ranks, timeout):
     return [exit_code(p) for p in ranks]
 
 
-def report_hang_to_watchdog(stacks):
-    """A collective hung: print the ranks' stacks, then wait for rocmcheck's watchdog.
+def report_hang_to_watchdog(ctx, stacks):
+    """A collective hung: show the ranks' stacks, then wait for rocmcheck's watchdog.
 
     The engine's only `hang` is its own timeout, so the probe lets it fire; the verdict's
     output then carries each stuck rank's stack (the collective it is blocked in).
     """
     for rank, text in stacks.items():
-        print(f"rank {rank} did not finish; its stack:\n{text}", flush=True)
+        ctx.progress(f"rank {rank} did not finish; its stack:\n{text}")
     # last, so the evidence's capped output tail names every stuck rank however long the stacks are
-    print("; ".join(f"rank {rank} did not finish" for rank in stacks), flush=True)
+    ctx.progress("; ".join(f"rank {rank} did not finish" for rank in stacks))
     threading.Event().wait()
 
 
@@ -467,7 +445,7 @@ def run_distributed(ctx, backend):
                     with open(path) as fh:
                         store[rank] = fh.read()
     if stacks or None in codes:
-        report_hang_to_watchdog(stacks or {r: "(killed: no stack)" for r, c in enumerate(codes) if c is None})
+        report_hang_to_watchdog(ctx, stacks or {r: "(killed: no stack)" for r, c in enumerate(codes) if c is None})
     missing = [f"rank {r} exited with {codes[r]} without a result" for r in range(WORLD) if r not in results]
     if missing:
         raise RuntimeError("; ".join(missing))

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 import rocmcheck
-from rocmcheck import compare, torchapi
+from rocmcheck import numeric, torchapi
+from rocmcheck.lazy import np, torch
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,6 @@ LINKS = (
 
 def build_model(cfg: Config, checkpointing: bool) -> Any:
     """The causal transformer, initialised from seed 0 (the same weights on every call)."""
-    import torch
     from torch.utils.checkpoint import checkpoint
 
     class TinyLM(torch.nn.Module):
@@ -96,14 +96,12 @@ def build_model(cfg: Config, checkpointing: bool) -> Any:
     return TinyLM()
 
 
-def with_lora(model: Any) -> Any:
+def with_lora(ctx: rocmcheck.ProbeContext, model: Any) -> Any:
     """Wrap the feed-forward layers in LoRA adapters; skip when peft is not installed."""
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as exc:
-        raise rocmcheck.Skip(f"peft is not installed ({exc}); the LoRA variant needs it") from None
-    import torch
-
+        ctx.skip(f"peft is not installed ({exc}); the LoRA variant needs it")
     torch.manual_seed(1)
     return get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
                                             target_modules=["linear1", "linear2"]))
@@ -120,8 +118,6 @@ class Trace:
     skipped: int = 0  # steps GradScaler skipped for overflow
 
     def record(self, step: int, loss: float, grads: Dict[str, Any], scaled: bool) -> None:
-        import torch
-
         self.losses.append(loss)
         bad = [n for n, g in grads.items() if g is not None and not bool(torch.isfinite(g).all())]
         if bad and scaled:
@@ -131,14 +127,12 @@ class Trace:
         for n, g in grads.items():
             self.ever_nonzero[n] = self.ever_nonzero.get(n, False) or (g is not None and bool((g != 0).any()))
         if step == 1:
-            self.first_grads = {n: compare.to_numpy(g).astype("float64") if g is not None else None
+            self.first_grads = {n: numeric.to_numpy(g).astype("float64") if g is not None else None
                                 for n, g in grads.items()}
 
 
 def train(model: Any, cfg: Config, device: str, steps: int, lr: float, autocast: Optional[str], scaler: bool) -> Trace:
     """AdamW on one fixed batch; the data comes from numpy, so both runs see the same tokens."""
-    import numpy as np
-    import torch
     import torch.nn.functional as F
 
     ids = torch.from_numpy(np.random.default_rng(0).integers(0, cfg.vocab, (cfg.batch, cfg.seq + 1)))
@@ -170,8 +164,6 @@ def train(model: Any, cfg: Config, device: str, steps: int, lr: float, autocast:
 
 
 def flat(grads: Dict[str, Any], names: List[str]) -> Any:
-    import numpy as np
-
     return np.concatenate([grads[n].ravel() if grads.get(n) is not None else np.zeros(0) for n in names])
 
 
@@ -197,7 +189,7 @@ def self_checks(trace: Trace, steps: int) -> List[str]:
 def reference_checks(trace: Trace, ref: Trace, loss_tol: float, grad_tol: float) -> Dict[str, Any]:
     names = sorted(ref.first_grads)
     loss_diff = max(abs(a - b) / abs(b) for a, b in zip(trace.losses, ref.losses))
-    grad_err = compare.rel_l2(flat(trace.first_grads, names), flat(ref.first_grads, names))
+    grad_err = numeric.rel_l2(flat(trace.first_grads, names), flat(ref.first_grads, names))
     return {"loss_rel_diff": loss_diff, "loss_tol": loss_tol, "grad_rel_err": grad_err, "grad_tol": grad_tol}
 
 
@@ -217,10 +209,10 @@ def training(ctx: rocmcheck.ProbeContext, mode: str) -> None:
     cfg = CONFIGS["gpu" if ctx.gpu_sized else "cpu"]
     model = build_model(cfg, checkpointing=mode == "checkpoint")
     if mode == "lora":
-        model = with_lora(model)
+        model = with_lora(ctx, model)
     reference = copy.deepcopy(model).double()  # taken before the device run touches anything
     reference.checkpointing = False
-    frozen = {n: compare.snapshot_bits(p) for n, p in model.named_parameters() if not p.requires_grad}
+    frozen = {n: numeric.snapshot_bits(p) for n, p in model.named_parameters() if not p.requires_grad}
     steps = STEPS[ctx.profile]
     trace = train(model.to(ctx.device), cfg, ctx.device, steps, lr, autocast, scaler=mode == "fp16-scaler")
     ref = train(reference, cfg, "cpu", steps, lr, None, scaler=False)
@@ -237,7 +229,7 @@ def training(ctx: rocmcheck.ProbeContext, mode: str) -> None:
         problems.append(f"first-step gradients differ from the CPU float64 run by {result['grad_rel_err']:.3g} "
                         f"(relative L2, tolerance {grad_tol:g})")
     if frozen:
-        changed = compare.changed(frozen, model.named_parameters())
+        changed = numeric.changed(frozen, model.named_parameters())
         if changed:
             problems.append(f"{len(changed)} frozen base weights changed ({', '.join(changed[:3])})")
     if problems:

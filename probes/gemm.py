@@ -22,7 +22,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Tuple
 
 import rocmcheck
-from rocmcheck import compare, torchapi
+from rocmcheck import numeric, torchapi
+from rocmcheck.lazy import np, torch
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
 BACKENDS = ("default", "cublas", "cublaslt")
@@ -66,7 +67,7 @@ def select_backend(ctx: rocmcheck.ProbeContext, blas: str) -> str:
     preferred = torchapi.preferred_blas_library()
     if preferred is None:  # torch < 2.4: GEMMs go to the build's one BLAS, which cannot be named
         if blas != "default":
-            raise torchapi.missing("torch.backends.cuda.preferred_blas_library")
+            torchapi.require("torch.backends.cuda.preferred_blas_library")  # skips, naming the torch that has it
         return "default (this torch cannot name or choose its BLAS)"
     current = preferred()
     if blas == "default":
@@ -80,41 +81,34 @@ def select_backend(ctx: rocmcheck.ProbeContext, blas: str) -> str:
 
 def operands(shape: Tuple[int, int, int, int], dtype: str, seed: int) -> Tuple[Any, Any]:
     """float64 copies of A and B as the device will hold them (rounded to `dtype` by numpy)."""
-    import numpy as np
-
     batch, m, k, n = shape
     lead = (batch,) if batch else ()
     rng = np.random.default_rng(seed)
     a = rng.uniform(0.25, 1.0, lead + (m, k)).astype(np.float32)
     b = rng.uniform(0.25, 1.0, lead + (k, n)).astype(np.float32)
-    return compare.round_to(a, dtype), compare.round_to(b, dtype)
+    return numeric.round_to(a, dtype), numeric.round_to(b, dtype)
 
 
 def product(ctx: rocmcheck.ProbeContext, a: Any, b: Any, dtype: str) -> Any:
     """A @ B on the device, read back as float64."""
-    import numpy as np
-    import torch
-
-    ta = compare.from_numpy(a, dtype).to(ctx.device)
-    tb = compare.from_numpy(b, dtype).to(ctx.device)
+    ta = numeric.from_numpy(a, dtype).to(ctx.device)
+    tb = numeric.from_numpy(b, dtype).to(ctx.device)
     out = torch.matmul(ta, tb)
     ctx.synchronize()
-    return compare.to_numpy(out).astype(np.float64)
+    return numeric.to_numpy(out).astype(np.float64)
 
 
 def check_shape(ctx: rocmcheck.ProbeContext, name: str, dtype: str, seed: int,
                 tol_name: str = "") -> Tuple[Any, Any, Any]:
     """Run one shape; returns (CloseCheck on sampled rows, CloseCheck on every row's sum, full-output counts)."""
-    import numpy as np
-
     shape = shape_for(ctx, name)
     a, b = operands(shape, dtype, seed)
     got = product(ctx, a, b, dtype)
     m = shape[1]
-    tol = compare.TOLERANCE[tol_name or dtype]
+    tol = numeric.TOLERANCE[tol_name or dtype]
     rows = np.sort(np.random.default_rng(seed).choice(m, min(m, SAMPLED_ROWS), replace=False))
-    check = compare.close(got[..., rows, :], a[..., rows, :] @ b, dtype, tol=tol)
-    row_sums = compare.close(got.sum(-1), (a @ b.sum(-1)[..., None])[..., 0], dtype, tol=tol)
+    check = numeric.close(got[..., rows, :], a[..., rows, :] @ b, dtype, tol=tol)
+    row_sums = numeric.close(got.sum(-1), (a @ b.sum(-1)[..., None])[..., 0], dtype, tol=tol)
     counts = {"zeros": int(np.count_nonzero(got == 0)), "nans": int(np.count_nonzero(np.isnan(got))),
               "elements": int(got.size)}
     return check, row_sums, counts
@@ -122,8 +116,6 @@ def check_shape(ctx: rocmcheck.ProbeContext, name: str, dtype: str, seed: int,
 
 def tf32_report(ctx: rocmcheck.ProbeContext) -> Dict[str, Any]:
     """Error of the square fp32 product with TF32 allowed; reported, never failed (PR #188168)."""
-    import torch
-
     if not ctx.gpu_sized:
         return {"tf32": "n/a on the CPU" if not ctx.on_gpu else "n/a on a simulated GPU (its products run on the CPU)"}
     previous = torch.backends.cuda.matmul.allow_tf32

@@ -20,7 +20,7 @@ import os
 
 import rocmcheck
 from rocmcheck import torchapi
-from rocmcheck.known_issues import parse_version
+from rocmcheck.lazy import np, torch
 
 MiB = 1 << 20
 SETTINGS = {
@@ -61,14 +61,14 @@ def read_order(torch_version, backend):
     ignored it (pytorch #183387). The in-effect check in the child is the ground truth.
     """
     legacy = ["PYTORCH_CUDA_ALLOC_CONF"] + (["PYTORCH_HIP_ALLOC_CONF"] if backend == "rocm" else [])
-    version = parse_version(torch_version)
+    version = torchapi.version_tuple(torch_version)
     ignored = backend == "cuda" and (2, 9) <= version < (2, 11)
     return legacy if version < (2, 8) or ignored else ["PYTORCH_ALLOC_CONF", *legacy]
 
 
 def variable_to_set(torch_version):
     """The name every build of this version honours: the new one from 2.11, the old one before."""
-    return "PYTORCH_ALLOC_CONF" if parse_version(torch_version) >= (2, 11) else "PYTORCH_CUDA_ALLOC_CONF"
+    return "PYTORCH_ALLOC_CONF" if torchapi.version_tuple(torch_version) >= (2, 11) else "PYTORCH_CUDA_ALLOC_CONF"
 
 
 def installed_torch_version():
@@ -134,15 +134,11 @@ def ignored_options(requested, snapshot, warning_texts):
 
 def canary_pattern(count):
     """int32 words that are never zero, never a float NaN, and differ from their neighbours."""
-    import numpy as np
-
     return (np.arange(count, dtype=np.int64) % 65521 + 0x3C000001).astype(np.int32)
 
 
 def canary_damage(observed, expected):
     """None when bit-identical, else how many words differ and the first one."""
-    import numpy as np
-
     bad = np.flatnonzero(observed != expected)
     if bad.size == 0:
         return None
@@ -174,15 +170,14 @@ def unbounded_growth(slack_mib, period=PERIOD, warmup_periods=2, rising=4, min_g
 # --- the training-like allocation pattern ------------------------------------------------------
 
 
-def run_cycles(device, cycles, unit_bytes, canary_bytes):
+def run_cycles(ctx, cycles, unit_bytes, canary_bytes):
     """Allocate, fill and free step-sized buffers around a live canary; check it bitwise every cycle.
 
     Returns reserved-minus-allocated (MiB) after each cycle. Raises ProbeFailure on canary
-    damage or on running out of memory (with the slack history either way).
+    damage or on running out of memory (with the slack history measured either way).
     """
+    device = ctx.device
     import collections
-
-    import torch
 
     expected = canary_pattern(canary_bytes // 4)
     canary = torch.empty(expected.size, dtype=torch.int32, device=device)
@@ -196,21 +191,20 @@ def run_cycles(device, cycles, unit_bytes, canary_bytes):
             kept.append(torch.empty((2 * MiB + cycle % 3 * MiB) // 4, dtype=torch.int32, device=device).fill_(cycle))
             del step
         except torchapi.out_of_memory_error() as exc:
+            ctx.measure(slack_mib=slack)
             raise rocmcheck.ProbeFailure(f"out of memory at cycle {cycle} with reserved-minus-allocated at "
-                                         f"{slack[-1] if slack else 0:.0f} MiB: {str(exc).splitlines()[0]}",
-                                         slack_mib=slack) from None
+                                         f"{slack[-1] if slack else 0:.0f} MiB: {str(exc).splitlines()[0]}") from None
         slack.append(round((torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)) / MiB, 1))
         damage = canary_damage(canary.to("cpu", copy=True).numpy(), expected)
         if damage:
-            raise rocmcheck.ProbeFailure(f"canary corrupted at cycle {cycle}: {damage}", slack_mib=slack)
+            ctx.measure(slack_mib=slack)
+            raise rocmcheck.ProbeFailure(f"canary corrupted at cycle {cycle}: {damage}")
     return slack
 
 
 def big_copy(ctx):
     """A 2 GiB host-to-device copy (hung uninterruptibly under expandable segments, pytorch #192259)."""
-    import torch
-
-    print("allocator: 2 GiB host-to-device copy", flush=True)
+    ctx.progress("allocator: 2 GiB host-to-device copy")
     host = torch.full((BIG_COPY_BYTES,), 0x5A, dtype=torch.uint8)
     sample = host.to(ctx.device)[:: 1 << 20].to("cpu")
     ctx.synchronize()
@@ -232,8 +226,6 @@ def big_copy(ctx):
 def allocator(ctx, setting):
     import warnings
 
-    import torch
-
     torchapi.cuda_only(ctx.device, "the caching allocator's backend, settings and snapshot")
     backend = torch.cuda.get_allocator_backend()
     ctx.measure(allocator_backend=backend)
@@ -247,7 +239,7 @@ def allocator(ctx, setting):
     unit, canary = min(MAX_UNIT_BYTES, total // 24), min(CANARY_BYTES, total // 16)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        slack = run_cycles(ctx.device, CYCLES[ctx.profile], unit, canary)
+        slack = run_cycles(ctx, CYCLES[ctx.profile], unit, canary)
         snapshot = torch.cuda.memory._snapshot() if backend == "native" else {}
     if backend != "native":
         native_only = sorted(set(requested) - {"backend"})

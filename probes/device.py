@@ -6,6 +6,7 @@ Those failures kill the process; the runner turns the signal and the stderr
 signature into a `crash` verdict naming them.
 """
 import rocmcheck
+from rocmcheck.lazy import np, torch
 
 LINKS = (
     "https://github.com/ROCm/legacy-rocm-build/issues/5238",
@@ -24,9 +25,6 @@ LINKS = (
     gate=True,
 )
 def device_smoke(ctx):
-    import numpy as np
-    import torch
-
     n = 4099  # not a power of two: partial blocks in the kernel and the reduction
     expected = np.arange(n, dtype=np.int64) * 3 + 1
     x = torch.from_numpy(np.arange(n, dtype=np.int32)).to(ctx.device, copy=True)  # a real copy on the CPU too
@@ -40,5 +38,5 @@ def device_smoke(ctx):
     assert total == want, f"sum of 0..{n - 1} is {total}, expected {want}"
     mean = float(torch.ones(1 << 16, device=ctx.device, dtype=torch.float32).mean().item())
     assert mean == 1.0, f"mean of 65536 ones is {mean}, expected 1.0"
-    return {"elements": n}
+    ctx.measure(elements=n)
 

@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import rocmcheck
 from rocmcheck import hostgpu, torchapi
 from rocmcheck.hostgpu import PciGpu
+from rocmcheck.lazy import torch
 
 MIB = 1 << 20
 SAMPLES = {"gate": 5, "full": 10}
@@ -86,8 +87,6 @@ def sample_gbps(clock: Any, copy: Callable[[], Any], nbytes: int, samples: int) 
 def copies(ctx: rocmcheck.ProbeContext, nbytes: int) -> Dict[str, Callable[[], Any]]:
     """Each case's copy between buffers allocated here, outside any clock: `copy_` into a
     destination that already exists, so no timed copy allocates."""
-    import torch
-
     n = nbytes // 4
     host = torch.ones(n, dtype=torch.float32)
     dev = torch.ones(n, dtype=torch.float32, device=ctx.device)
@@ -181,7 +180,5 @@ def pcie_link(ctx: rocmcheck.ProbeContext) -> None:
         ctx.skip("no PCIe link to read on the CPU (the bandwidth was measured host to host)")
     if ctx.simulated:
         ctx.skip("a simulated GPU has no PCIe link to read (the bandwidth was measured with its events, host to host)")
-    import torch
-
     check_link(ctx, torch.device(ctx.device).index or 0)
 

@@ -8,13 +8,13 @@ wrong (docs/failure-catalogue.md §10). Variants are dtypes: fp32 (TF32 pinned o
 first forward call, where MIOpen or cuDNN searches for kernels, inside `ctx.first_use()` (its
 time is `first_use_s`, kept out of the timeout), then a second one that uses what the search chose,
 timed as `check_s` with the comparisons. Both are compared, output and the gradients of input,
-weight and bias, with the dtype's tolerance of `compare.close`. Inputs and the upstream gradient
+weight and bias, with the dtype's tolerance of `numeric.close`. Inputs and the upstream gradient
 are uniform in [0.25, 1), as in gemm: every sum has positive terms, so an exact zero or a NaN
 anywhere is a fault (never a cancellation), and the error relative to the float64 value is
 the error relative to the problem's scale.
 
-The reference is numpy float64 by explicit im2col (`compare.conv2d_ref`, and
-`compare.conv2d_backward_ref`: the weight gradient from the same windows, the input gradient
+The reference is numpy float64 by explicit im2col (`numeric.conv2d_ref`, and
+`numeric.conv2d_backward_ref`: the weight gradient from the same windows, the input gradient
 scattered back), from the inputs rounded to the dtype by numpy: no torch convolution is
 involved. Full profile; on the CPU it runs for real with smaller shapes as a self-test.
 """
@@ -25,7 +25,8 @@ import time
 from typing import Any, Dict, List
 
 import rocmcheck
-from rocmcheck import compare
+from rocmcheck import numeric
+from rocmcheck.lazy import np, torch
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # name -> (kernel, stride, padding, channels_last)
@@ -42,9 +43,9 @@ LINKS = (
 
 def references(data: Dict[str, Any], dtype: str, stride: int, pad: int) -> Dict[str, Any]:
     """part -> float64 reference, from the inputs as the device holds them (rounded by numpy)."""
-    r = {n: compare.round_to(v, dtype) for n, v in data.items()}
-    want = (compare.conv2d_ref(r["x"], r["w"], r["b"], stride, pad),
-            *compare.conv2d_backward_ref(r["x"], r["w"], r["g"], stride, pad))
+    r = {n: numeric.round_to(v, dtype) for n, v in data.items()}
+    want = (numeric.conv2d_ref(r["x"], r["w"], r["b"], stride, pad),
+            *numeric.conv2d_backward_ref(r["x"], r["w"], r["g"], stride, pad))
     return dict(zip(PARTS, want))
 
 
@@ -52,10 +53,8 @@ def run_conv(ctx: rocmcheck.ProbeContext, data: Dict[str, Any], dtype: str, stri
              channels_last: bool, first: bool = False) -> Dict[str, Any]:
     """One forward and backward on the device; part -> result as a numpy array. `first`: the
     forward is the first call, where the kernel search runs (`ctx.first_use()`)."""
-    import torch
-
     fmt = torch.channels_last if channels_last else torch.contiguous_format
-    t = {n: compare.from_numpy(v, dtype).to(ctx.device) for n, v in data.items()}
+    t = {n: numeric.from_numpy(v, dtype).to(ctx.device) for n, v in data.items()}
     x = t["x"].to(memory_format=fmt).requires_grad_()
     w = t["w"].to(memory_format=fmt).requires_grad_()
     b = t["b"].requires_grad_()
@@ -63,7 +62,7 @@ def run_conv(ctx: rocmcheck.ProbeContext, data: Dict[str, Any], dtype: str, stri
         y = torch.nn.functional.conv2d(x, w, b, stride=stride, padding=pad)
     y.backward(t["g"].to(memory_format=fmt))
     ctx.synchronize()
-    return dict(zip(PARTS, (compare.to_numpy(v) for v in (y, x.grad, w.grad, b.grad))))
+    return dict(zip(PARTS, (numeric.to_numpy(v) for v in (y, x.grad, w.grad, b.grad))))
 
 
 @rocmcheck.probe(
@@ -75,8 +74,6 @@ def run_conv(ctx: rocmcheck.ProbeContext, data: Dict[str, Any], dtype: str, stri
     variants={"dtype": list(DTYPES)},
 )
 def conv(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
-    import numpy as np
-
     name = DTYPES[dtype]
     if name == "float32":
         ctx.strict_fp32()
@@ -95,12 +92,12 @@ def conv(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
         runs = {"first call": first, "second call": run_conv(ctx, data, name, stride, pad, channels_last)}
         for which, got in runs.items():
             for part, want in refs.items():
-                check = compare.close(got[part], want, name)
+                check = numeric.close(got[part], want, name)
                 key = f"{case} {part}"
                 errors[key] = max(errors.get(key, 0.0), check.max_err)
                 if not check.ok:
                     failures.append(f"{case} {part} ({which}): {check.summary()}")
         check_s += time.perf_counter() - start
-    ctx.measure(max_err=errors, tol=compare.TOLERANCE[name], shape=[n, c, h, w, o], check_s=round(check_s, 4))
+    ctx.measure(max_err=errors, tol=numeric.TOLERANCE[name], shape=[n, c, h, w, o], check_s=round(check_s, 4))
     if failures:
         raise rocmcheck.ProbeFailure(f"conv2d {name}: {len(failures)} wrong; first: {failures[0]}")

@@ -21,10 +21,11 @@ import copy
 from typing import Any, Dict
 
 import rocmcheck
-from rocmcheck import compare, torchapi
+from rocmcheck import numeric, torchapi
+from rocmcheck.lazy import torch
 
 BACKEND = "inductor"
-TOL = compare.TOLERANCE["float32"]
+TOL = numeric.TOLERANCE["float32"]
 
 LINKS = (
     "https://pytorch.org/docs/stable/generated/torch.compile.html",
@@ -40,7 +41,7 @@ def forward_backward(call: Any, model: Any, x: Any) -> Dict[str, Any]:
     out = call(x)
     out.square().mean().backward()
     grads = {f"{n} gradient": p.grad for n, p in model.named_parameters()}
-    return {name: compare.to_numpy(t) for name, t in {"output": out, "input gradient": x.grad, **grads}.items()}
+    return {name: numeric.to_numpy(t) for name, t in {"output": out, "input gradient": x.grad, **grads}.items()}
 
 
 @rocmcheck.probe(
@@ -53,8 +54,6 @@ def forward_backward(call: Any, model: Any, x: Any) -> Dict[str, Any]:
     own_child=True,  # inductor keeps a pool of compile workers and graph caches: nothing a worker can put back
 )
 def compile_smoke(ctx: rocmcheck.ProbeContext) -> None:
-    import torch
-
     torchapi.cuda_only(ctx.device, "torch.compile's inductor backend (it needs a registered device interface)")
     ctx.strict_fp32()
     torch.manual_seed(0)
@@ -72,7 +71,7 @@ def compile_smoke(ctx: rocmcheck.ProbeContext) -> None:
         raise RuntimeError(f"torch.compile with the {BACKEND} backend failed ({'Triton' if ctx.on_gpu else 'C++'} "
                            f"kernels): {type(exc).__name__}: {first}") from exc
     runs["second call"] = forward_backward(compiled, model, x)
-    errors = {f"{which} {name}": compare.rel_l2(got[name], ref) for which, got in runs.items()
+    errors = {f"{which} {name}": numeric.rel_l2(got[name], ref) for which, got in runs.items()
               for name, ref in want.items()}
     ctx.measure(backend=BACKEND, rel_err=errors, tol=TOL)
     wrong = [f"{name} relative error {err:.3g}" for name, err in errors.items() if not err <= TOL]

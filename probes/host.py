@@ -7,6 +7,7 @@ the `render` group, a `HIP_VISIBLE_DEVICES` that hides every card: in each case
 self-test and say GO. The host's own view comes from files (`rocmcheck.hostgpu`).
 """
 import rocmcheck
+from rocmcheck.lazy import torch
 
 
 @rocmcheck.probe(
@@ -22,8 +23,6 @@ import rocmcheck
 )
 def gpu_visible(ctx):
     """PCI, KFD and device nodes (read from files) against torch's build and device count."""
-    import torch
-
     from rocmcheck import hostgpu
 
     host = hostgpu.read()
@@ -35,11 +34,12 @@ def gpu_visible(ctx):
     if found and ctx.requested_device == "cpu" and not ctx.expect_gpus:
         ctx.skip(f"the host's GPUs are left out on purpose (--device cpu): {found.message}")
     if found:
-        raise rocmcheck.ProbeFailure(found.message, action=found.action)
+        ctx.measure(action=found.action)
+        raise rocmcheck.ProbeFailure(found.message)
     if not host.vendors:
-        return {"host": "no GPU on this host: the CPU self-test is the right run"}
+        ctx.measure(host="no GPU on this host: the CPU self-test is the right run")
+        return
     on_host = host.gpus("amd" if facts["hip"] else "nvidia")
     if facts["device_count"] < on_host and not host.visible_devices and ctx.expect_gpus is None:
         ctx.warn(f"torch sees {facts['device_count']} of the host's {on_host} GPUs "
                  "and no *_VISIBLE_DEVICES variable asks for that (--expect-gpus makes this a failure)")
-    return None

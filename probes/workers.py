@@ -11,6 +11,7 @@ import sys
 
 import rocmcheck
 from rocmcheck import torchapi
+from rocmcheck.lazy import np, torch
 
 LINKS = (
     "https://github.com/pytorch/pytorch/issues/143728",
@@ -34,8 +35,6 @@ if tensor.is_cuda:
 
 def rows_pattern():
     """Row i holds i * COLUMNS + j + 0.5: every batch is distinct and none is zeros."""
-    import numpy as np
-
     return np.arange(ROWS * COLUMNS, dtype=np.float64).reshape(ROWS, COLUMNS).astype(np.float32) + 0.5
 
 
@@ -48,8 +47,6 @@ def rows_pattern():
     variants={"num_workers": [2, 0]},  # 0: loading in the main process, the usual workaround
 )
 def workers_dataloader(ctx, num_workers):
-    import numpy as np
-    import torch
     from torch.utils.data import DataLoader, TensorDataset
 
     want = rows_pattern()
@@ -82,8 +79,6 @@ def workers_dataloader(ctx, num_workers):
     timeout=90,
 )
 def workers_ipc(ctx):
-    import numpy as np
-    import torch
     import torch.multiprocessing as mp
 
     torchapi.cuda_only(ctx.device, "sharing device tensors between processes (CUDA IPC handles)")

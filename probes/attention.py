@@ -16,6 +16,7 @@ cases, MultiheadAttention) or explicit float64 ops on the CPU with `torch.autogr
 """
 import rocmcheck
 from rocmcheck import torchapi
+from rocmcheck.lazy import np, torch
 
 BACKENDS = {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
             "cudnn": "CUDNN_ATTENTION"}
@@ -50,25 +51,16 @@ class Unsupported(Exception):
     """The forced backend has no kernel for this case: a fact about the build, not a fault."""
 
 
-def progress(label, phase):
-    """One line per phase: on a hang, the evidence's output tail says where it stopped."""
-    print(f"attention {label}: {phase}", flush=True)
-
-
 # --- float64 references (numpy) ----------------------------------------------------------
 
 
 def exact_values(rng, shape):
     """Multiples of 1/64 in [-2, 2]: exact in fp32, fp16 and bf16, so inputs carry no rounding."""
-    import numpy as np
-
     return np.round(rng.uniform(-2.0, 2.0, shape) * 64) / 64
 
 
 def attention_reference(q, k, v, allowed, grad_out):
     """softmax(q k^T / sqrt(d)) v and its gradients in float64; fully masked rows give 0."""
-    import numpy as np
-
     scale = 1.0 / np.sqrt(q.shape[-1])
     scores = q @ np.swapaxes(k, -1, -2) * scale
     if allowed is not None:
@@ -85,8 +77,6 @@ def attention_reference(q, k, v, allowed, grad_out):
 
 def mha_reference(x, w_in, b_in, w_out, b_out, heads, grad_out):
     """nn.MultiheadAttention (batch_first, no mask) forward and backward in float64."""
-    import numpy as np
-
     batch, length, embed = x.shape
 
     def split(t):
@@ -118,8 +108,6 @@ def defined_positions(allowed):
 
 def relative_error(got, ref, select=None):
     """(max |got - ref| / max |ref|, count of non-finite values) over the selected entries."""
-    import numpy as np
-
     if select is not None:
         got, ref = got[np.broadcast_to(select, got.shape)], ref[np.broadcast_to(select, ref.shape)]
     bad = int((~np.isfinite(got)).sum())
@@ -158,11 +146,11 @@ def forced(backend, fn):
 def forward_backward(ctx, backend, label, grad_out, forward):
     """`forward()`, then `sum(out * grad_out).backward()`, under the forced backend, phase by phase."""
 
-    def run():
-        progress(label, "forward")
+    def run():  # one progress line per phase: a hang's output tail says where it stopped
+        ctx.progress(f"attention {label}: forward")
         out = forward()
         ctx.synchronize()
-        progress(label, "backward")
+        ctx.progress(f"attention {label}: backward")
         (out * grad_out).sum().backward()
         ctx.synchronize()
         return out
@@ -171,28 +159,20 @@ def forward_backward(ctx, backend, label, grad_out, forward):
 
 
 def to_device(array, ctx, dtype, grad=True):
-    import torch
-
     t = torch.from_numpy(array).to(device=ctx.device, dtype=getattr(torch, DTYPES[dtype]), copy=True)
     return t.requires_grad_(grad)
 
 
 def host(t):
-    import torch
-
     return t.detach().to("cpu", dtype=torch.float64, copy=True).numpy()
 
 
 def _causal(length):
-    import numpy as np
-
     return np.tril(np.ones((length, length), dtype=bool))
 
 
 def sdpa_case(ctx, backend, dtype, label, d, length=LENGTH, causal=False, pad=None, strided_v=False):
     """One SDPA case forward + backward; returns {quantity: (relative error, non-finite count)}."""
-    import numpy as np
-    import torch
     import torch.nn.functional as F
 
     rng = np.random.default_rng(d * 1000 + length)
@@ -223,9 +203,6 @@ def sdpa_case(ctx, backend, dtype, label, d, length=LENGTH, causal=False, pad=No
 
 def mha_case(ctx, backend, dtype, label):
     """nn.MultiheadAttention(need_weights=False) forward + backward against the float64 reference."""
-    import numpy as np
-    import torch
-
     rng = np.random.default_rng(7)
     embed = MHA_EMBED
     x_np, g_np = exact_values(rng, (2, LENGTH, embed)), exact_values(rng, (2, LENGTH, embed))
@@ -315,8 +292,6 @@ MODEL_TOLERANCE = {"fp32": 2e-3, "bf16": 0.15}
 
 def explicit_attention(mha, x):
     """What nn.MultiheadAttention computes, spelled out with matmul and softmax (no SDPA kernel)."""
-    import torch
-
     batch, length, embed = x.shape
     heads = mha.num_heads
     q, k, v = (t.reshape(batch, length, heads, -1).transpose(1, 2)
@@ -328,7 +303,6 @@ def explicit_attention(mha, x):
 
 def actor_critic():
     """Observation encoder, attention blocks over tokens, policy and value heads (~2.9M parameters)."""
-    import torch
     from torch import nn
 
     class Block(nn.Module):
@@ -379,8 +353,6 @@ def reference_gradients(model, obs, actions, returns):
 
     Equal micro-batches and no batch-coupling layers: accumulated micro-batch gradients must equal these.
     """
-    import torch
-
     ref = model.to("cpu", torch.float64)
     params = list(ref.parameters())
     loss = actor_critic_loss(ref, obs.double(), actions, returns.double(), explicit=True)
@@ -389,17 +361,15 @@ def reference_gradients(model, obs, actions, returns):
 
 def accumulate_gradients(ctx, backend, model, obs, actions, returns, autocast_dtype):
     """The seeds' loop: batched forward per micro-batch, loss.backward(), gradients accumulated."""
-    import torch
-
     chunks = list(zip(obs.chunk(MICRO_BATCHES), actions.chunk(MICRO_BATCHES), returns.chunk(MICRO_BATCHES)))
     device_type = torch.device(ctx.device).type
     for index, (o, a, r) in enumerate(chunks):
         label = f"{backend} model micro-batch {index + 1}/{MICRO_BATCHES}"
         with torch.autocast(device_type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-            progress(label, "forward")
+            ctx.progress(f"attention {label}: forward")
             loss = actor_critic_loss(model, o, a, r) / MICRO_BATCHES
         ctx.synchronize()
-        progress(label, "backward")
+        ctx.progress(f"attention {label}: backward")
         loss.backward()
         ctx.synchronize()
 
@@ -415,9 +385,6 @@ def accumulate_gradients(ctx, backend, model, obs, actions, returns, autocast_dt
 )
 def attention_model(ctx, backend):
     import copy
-
-    import numpy as np
-    import torch
 
     simulated_limit(ctx, backend)
     ctx.strict_fp32()

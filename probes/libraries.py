@@ -18,6 +18,7 @@ import re
 from typing import Iterator, Optional
 
 import rocmcheck
+from rocmcheck.lazy import torch
 
 # import name -> distribution name (for its version)
 LIBRARIES = {
@@ -80,11 +81,9 @@ def version(distribution: str) -> str:
     gate=lambda p: p["library"] in ("torchao", "torchtune"),
     variants={"library": list(LIBRARIES)},
 )
-def library_imports(ctx: rocmcheck.ProbeContext, library: str) -> dict:
+def library_imports(ctx: rocmcheck.ProbeContext, library: str) -> None:
     import importlib
     import importlib.util
-
-    import torch
 
     if importlib.util.find_spec(library) is None:
         ctx.skip(f"{library} is not installed")
@@ -97,4 +96,4 @@ def library_imports(ctx: rocmcheck.ProbeContext, library: str) -> dict:
             raise
         raise rocmcheck.ProbeFailure(f"import {library} failed: {missing} ({pair}): "
                                      "the library needs a newer torch") from exc
-    return {"imported": pair}
+    ctx.measure(imported=pair)

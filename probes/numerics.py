@@ -3,7 +3,7 @@
 Targets bf16 conversion or math returning zeros or NaN, fp16 flush-to-zero in backward and
 emulated bf16 (docs/failure-catalogue.md §2, §9). Variants are check x dtype:
 - cast: float32 -> bf16/fp16 -> float32 on the device, compared bit for bit with numpy's
-  round-to-nearest-even (bf16 by bit manipulation in `compare.bf16_bits`, fp16 by numpy's
+  round-to-nearest-even (bf16 by bit manipulation in `numeric.bf16_bits`, fp16 by numpy's
   own float16 cast) over +-0, subnormals, powers of two, rounding ties, the largest finite
   values, inf and NaN (any NaN matches any NaN: payloads are the implementation's choice).
   A device that only flushes subnormals to zero gets `warn`; any other difference fails.
@@ -27,7 +27,8 @@ import re
 from typing import Any, Dict, Tuple
 
 import rocmcheck
-from rocmcheck import compare, torchapi
+from rocmcheck import numeric, torchapi
+from rocmcheck.lazy import np, torch
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 AUTOCAST_TOL = {"bfloat16": 5e-2, "float16": 1e-2}  # relative L2 error, docs/failure-catalogue.md §2
@@ -51,8 +52,6 @@ GATE = ({"check": "cast", "dtype": "bf16"}, {"check": "cast", "dtype": "fp16"},
 
 def device_arch(ctx: rocmcheck.ProbeContext) -> str:
     """'gfx906' from gcnArchName 'gfx906:sramecc+:xnack-'; '' off ROCm."""
-    import torch
-
     if not ctx.on_gpu:
         return ""
     name = getattr(torchapi.device_properties(ctx.device), "gcnArchName", "") or ""
@@ -64,8 +63,6 @@ def device_arch(ctx: rocmcheck.ProbeContext) -> str:
 
 def cast_values() -> Any:
     """float32 values that expose rounding and range faults."""
-    import numpy as np
-
     f32 = lambda bits: np.array(bits, dtype=np.uint32).view(np.float32)  # noqa: E731
     rng = np.random.default_rng(7)
     upper = rng.integers(0, 1 << 16, 64, dtype=np.uint32) << 16
@@ -89,37 +86,33 @@ def cast_values() -> Any:
 
 def cast_reference(x: Any, dtype: str) -> Tuple[Any, Any]:
     """(bits of x in `dtype`, float32 bits after widening back) by numpy alone."""
-    import numpy as np
-
     if dtype == "bfloat16":
-        low = compare.bf16_bits(x)
-        return low, compare.bits(compare.bf16_value(low))
+        low = numeric.bf16_bits(x)
+        return low, numeric.bits(numeric.bf16_value(low))
     with np.errstate(over="ignore"):
         low = x.astype(np.float16)
-    return compare.bits(low), compare.bits(low.astype(np.float32))
+    return numeric.bits(low), numeric.bits(low.astype(np.float32))
 
 
 def subnormal(b: Any, fmt: str) -> Any:
     """Mask of non-zero bit patterns with a zero exponent field."""
-    exp_bits, man_bits = compare.FLOAT_FORMATS[fmt]
+    exp_bits, man_bits = numeric.FLOAT_FORMATS[fmt]
     exp_mask = ((1 << exp_bits) - 1) << man_bits
     return ((b & exp_mask) == 0) & ((b & ((1 << man_bits) - 1)) != 0)
 
 
 def check_cast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
-    import torch
-
     x = cast_values()
     want_low, want_back = cast_reference(x, dtype)
     dev = torch.from_numpy(x).to(ctx.device, copy=True)
     low = dev.to(getattr(torch, dtype))  # the cast under test
     back = low.to(torch.float32)
-    got_low, got_back = compare.tensor_bits(low), compare.tensor_bits(back)
-    tiny = subnormal(compare.bits(x), "float32") | subnormal(want_low, dtype)
+    got_low, got_back = numeric.tensor_bits(low), numeric.tensor_bits(back)
+    tiny = subnormal(numeric.bits(x), "float32") | subnormal(want_low, dtype)
     results = {}
     for group, mask in (("normal", ~tiny), ("subnormal", tiny)):
-        results[group] = (compare.bitwise(got_low[mask], want_low[mask], fmt=dtype, nan_equal=True),
-                          compare.bitwise(got_back[mask], want_back[mask], fmt="float32", nan_equal=True))
+        results[group] = (numeric.bitwise(got_low[mask], want_low[mask], fmt=dtype, nan_equal=True),
+                          numeric.bitwise(got_back[mask], want_back[mask], fmt="float32", nan_equal=True))
     ctx.measure(values=int(x.size), subnormal_values=int(tiny.sum()),
                 **{f"{g}_{step}_{k}": v for g, pair in results.items() for step, check in zip(("cast", "widen"), pair)
                    for k, v in check.measurements().items()})
@@ -140,30 +133,28 @@ def check_cast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
 
 
 def check_ops(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
-    import numpy as np
-    import torch
     import torch.nn.functional as F
 
     rng = np.random.default_rng(11)
     data = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in
             (("a", (96, 160)), ("b", (160, 72)), ("x", (32, 160)), ("w", (72, 160)), ("bias", (72,)),
              ("img", (2, 3, 17, 17)), ("k", (8, 3, 3, 3)), ("kb", (8,)))}
-    ref = {n: compare.round_to(v, dtype) for n, v in data.items()}  # what the device holds, exactly
-    t = {n: compare.from_numpy(v, dtype).to(ctx.device) for n, v in data.items()}
+    ref = {n: numeric.round_to(v, dtype) for n, v in data.items()}  # what the device holds, exactly
+    t = {n: numeric.from_numpy(v, dtype).to(ctx.device) for n, v in data.items()}
     a, ab = ref, {n: np.abs(v) for n, v in ref.items()}
     cases = {
         "matmul": (lambda: torch.matmul(t["a"], t["b"]), a["a"] @ a["b"], ab["a"] @ ab["b"]),
         "linear": (lambda: F.linear(t["x"], t["w"], t["bias"]), a["x"] @ a["w"].T + a["bias"],
                    ab["x"] @ ab["w"].T + ab["bias"]),
         "conv2d": (lambda: F.conv2d(t["img"], t["k"], t["kb"], padding=1),
-                   compare.conv2d_ref(a["img"], a["k"], a["kb"]), compare.conv2d_ref(ab["img"], ab["k"], ab["kb"])),
+                   numeric.conv2d_ref(a["img"], a["k"], a["kb"]), numeric.conv2d_ref(ab["img"], ab["k"], ab["kb"])),
     }
     failures = []
     for op, (run, want, scale) in cases.items():
         # the first convolution may search for kernels (MIOpen find, cuDNN autotune): out of the timeout
         with ctx.first_use() if op == "conv2d" else contextlib.nullcontext():
-            got = compare.to_numpy(run())
-        check = compare.close(got, want, dtype, scale=scale)
+            got = numeric.to_numpy(run())
+        check = numeric.close(got, want, dtype, scale=scale)
         ctx.measure(**{f"{op}_{k}": v for k, v in check.measurements().items()})
         if not check.ok:
             failures.append(f"{op}: {check.summary()}")
@@ -175,8 +166,6 @@ def check_ops(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
 
 
 def encoder_weights() -> Dict[str, Any]:
-    import numpy as np
-
     rng = np.random.default_rng(5)
     shapes = {"conv.weight": (8, 3, 3, 3), "conv.bias": (8,), "fc1.weight": (64, 512), "fc1.bias": (64,),
               "fc2.weight": (16, 64), "fc2.bias": (16,)}
@@ -188,12 +177,10 @@ def encoder_weights() -> Dict[str, Any]:
 def encoder_ref(x: Any, p: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
     """float64 forward and hand-derived backward of conv(3->8, k3, s2) . SiLU . fc(512->64) . SiLU . fc(64->16),
     loss = mean(z**2); returns (z, gradients by parameter name)."""
-    import numpy as np
-
     p = {n: v.astype(np.float64) for n, v in p.items()}
     sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
     dsilu = lambda v: sig(v) * (1.0 + v * (1.0 - sig(v)))  # noqa: E731
-    cols = compare.windows(x.astype(np.float64), 3, 2, 1)
+    cols = numeric.windows(x.astype(np.float64), 3, 2, 1)
     h1 = np.einsum("nchwij,ocij->nohw", cols, p["conv.weight"]) + p["conv.bias"][None, :, None, None]
     f = (h1 * sig(h1)).reshape(x.shape[0], -1)
     h2 = f @ p["fc1.weight"].T + p["fc1.bias"]
@@ -208,9 +195,6 @@ def encoder_ref(x: Any, p: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
 
 
 def check_autocast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
-    import numpy as np
-    import torch
-
     if ctx.simulated and dtype == "float16":
         ctx.skip("float16 autocast on a simulated GPU runs the CPU's float16 kernels, whose gradients hold zeros "
                  "the float64 reference lacks: a kernel fact only GPU hardware can judge")
@@ -230,12 +214,12 @@ def check_autocast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
     loss = z.float().square().mean()
     loss.backward()
     tol = AUTOCAST_TOL[dtype]
-    results = [("output", compare.to_numpy(z), want_z)]
-    results += [(f"{n} gradient", compare.to_numpy(params[n].grad) if params[n].grad is not None
+    results = [("output", numeric.to_numpy(z), want_z)]
+    results += [(f"{n} gradient", numeric.to_numpy(params[n].grad) if params[n].grad is not None
                  else np.zeros_like(g), g) for n, g in want_grads.items()]
     failures = []
     for name, got, want in results:
-        err, nans = compare.rel_l2(got, want), int(np.isnan(got).sum())
+        err, nans = numeric.rel_l2(got, want), int(np.isnan(got).sum())
         zero_frac, want_zero = float((got == 0).mean()), float((want == 0).mean())
         key = name.replace(" gradient", "_grad").replace(".", "_")
         ctx.measure(**{f"{key}_rel_err": err, f"{key}_nans": nans, f"{key}_zero_fraction": zero_frac})
@@ -250,19 +234,17 @@ def check_autocast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
 
 
 def check_ftz(ctx: rocmcheck.ProbeContext) -> None:
-    import numpy as np
-
     m, k, n = 64, 32, 48
     half_tiny = float(np.finfo(np.float16).tiny) / 2  # 2**-15: a float16 subnormal
-    x = compare.from_numpy(np.full((m, k), half_tiny, dtype=np.float32), "float16").to(ctx.device)
+    x = numeric.from_numpy(np.full((m, k), half_tiny, dtype=np.float32), "float16").to(ctx.device)
     w_np = np.random.default_rng(3).standard_normal((k, n)).astype(np.float32)
-    w = compare.from_numpy(w_np, "float16").to(ctx.device).requires_grad_()
+    w = numeric.from_numpy(w_np, "float16").to(ctx.device).requires_grad_()
     y = x @ w
     y.sum().backward()
     expected = np.full((k, n), m * half_tiny)  # exact: a sum of M equal subnormals
-    grad = compare.close(compare.to_numpy(w.grad), expected, "float16")
-    w16 = compare.round_to(w_np, "float16")
-    forward = compare.close(compare.to_numpy(y), np.broadcast_to(half_tiny * w16.sum(0), (m, n)), "float16",
+    grad = numeric.close(numeric.to_numpy(w.grad), expected, "float16")
+    w16 = numeric.round_to(w_np, "float16")
+    forward = numeric.close(numeric.to_numpy(y), np.broadcast_to(half_tiny * w16.sum(0), (m, n)), "float16",
                             scale=np.broadcast_to(half_tiny * np.abs(w16).sum(0), (m, n)))
     ctx.measure(**{f"grad_{k_}": v for k_, v in grad.measurements().items()},
                 forward_zero_fraction=forward.zero_fraction, forward_max_err=forward.max_err)

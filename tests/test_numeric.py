@@ -1,4 +1,4 @@
-"""Properties of the comparison and metric code the data-path probes rely on (rocmcheck.compare).
+"""Properties of the numeric checks the probes rely on (rocmcheck.numeric: references, tolerances, comparisons).
 
 torch appears here only as an oracle for what the device path produces on the CPU; the
 module under test computes its references with numpy alone.
@@ -12,7 +12,7 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from rocmcheck import compare
+from rocmcheck import numeric
 
 DTYPES = [np.float16, np.float32, np.float64, np.int32, np.int64, np.uint8]
 
@@ -36,7 +36,7 @@ def flat_position(a, index):
 
 @given(arrays())
 def test_identical_arrays_have_no_mismatch(a):
-    check = compare.bitwise(a, a.copy())
+    check = numeric.bitwise(a, a.copy())
     assert check.ok and check.mismatches == check.zeros == check.nans == 0 and check.first_bad == -1
     assert check.total == a.size
 
@@ -46,9 +46,9 @@ def test_one_flipped_bit_is_one_mismatch_at_its_index(a, data):
     assume(a.size > 0)
     index = tuple(data.draw(st.integers(0, s - 1)) for s in a.shape)
     got = a.copy()
-    bits = compare.bits(got)
+    bits = numeric.bits(got)
     bits[index] ^= bits.dtype.type(1)
-    check = compare.bitwise(got, a)
+    check = numeric.bitwise(got, a)
     assert (check.mismatches, check.first_bad) == (1, flat_position(a, index))
 
 
@@ -56,9 +56,9 @@ def test_one_flipped_bit_is_one_mismatch_at_its_index(a, data):
 def test_strided_and_contiguous_copies_compare_alike(a):
     got = a.copy()
     if got.size:
-        compare.bits(got).reshape(-1)[-1] ^= 1  # the last element in C order
-    strided = compare.bitwise(got, a)
-    dense = compare.bitwise(np.ascontiguousarray(got), np.ascontiguousarray(a))
+        numeric.bits(got).reshape(-1)[-1] ^= 1  # the last element in C order
+    strided = numeric.bitwise(got, a)
+    dense = numeric.bitwise(np.ascontiguousarray(got), np.ascontiguousarray(a))
     assert strided == dense
 
 
@@ -71,58 +71,58 @@ def test_zeros_and_nans_are_counted_apart(a, data):
     assume(flat is not None)
     i, j = data.draw(st.lists(st.integers(0, a.size - 1), min_size=2, max_size=2, unique=True))
     flat[i], flat[j] = 0, np.nan
-    check = compare.bitwise(got, want)
+    check = numeric.bitwise(got, want)
     assert (check.mismatches, check.zeros, check.nans, check.first_bad) == (2, 1, 1, min(i, j))
 
 
 def test_nan_payloads_differ_bitwise_but_match_as_a_class():
     quiet, signalling = np.array([0x7FC00000, 0x7F800001], dtype=np.uint32).view(np.float32)
     got, want = np.array([quiet, 1.0], np.float32), np.array([signalling, 1.0], np.float32)
-    assert compare.bitwise(got, want).mismatches == 1
-    assert compare.bitwise(got, want).nans == 0  # NaN where NaN was expected is not an unexpected NaN
-    assert compare.bitwise(got, want, nan_equal=True).ok
+    assert numeric.bitwise(got, want).mismatches == 1
+    assert numeric.bitwise(got, want).nans == 0  # NaN where NaN was expected is not an unexpected NaN
+    assert numeric.bitwise(got, want, nan_equal=True).ok
 
 
 def test_mismatched_shapes_are_refused():
     with pytest.raises(ValueError):
-        compare.bitwise(np.zeros(3, np.float32), np.zeros(4, np.float32))
+        numeric.bitwise(np.zeros(3, np.float32), np.zeros(4, np.float32))
 
 
 @given(st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True))
 def test_bf16_rounding_matches_the_cpu_cast(x):
     want = torch.tensor([x], dtype=torch.float32).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-    got = compare.bf16_bits(np.array([x], np.float32))
-    assert compare.bitwise(got, want, fmt="bfloat16", nan_equal=True).ok
+    got = numeric.bf16_bits(np.array([x], np.float32))
+    assert numeric.bitwise(got, want, fmt="bfloat16", nan_equal=True).ok
 
 
 @given(st.integers(0, 0xFFFF))
 def test_bf16_values_round_trip_exactly(b):
     bits = np.array([b], np.uint16)
-    assume(not compare.classify(bits, "bfloat16")[1][0])  # NaN comes back canonical
-    assert compare.bf16_bits(compare.bf16_value(bits))[0] == b
+    assume(not numeric.classify(bits, "bfloat16")[1][0])  # NaN comes back canonical
+    assert numeric.bf16_bits(numeric.bf16_value(bits))[0] == b
 
 
 @given(hnp.arrays(np.float64, st.integers(0, 20), elements=st.floats(allow_nan=False, width=64)),
        st.sampled_from(["float16", "bfloat16", "float32", "float64"]))
 def test_round_to_is_idempotent(x, dtype):
-    once = compare.round_to(x, dtype)
-    np.testing.assert_array_equal(compare.round_to(once, dtype), once)
+    once = numeric.round_to(x, dtype)
+    np.testing.assert_array_equal(numeric.round_to(once, dtype), once)
 
 
 @given(arrays(dtypes=DTYPES + [np.int16], max_side=5))
 @example(np.lib.stride_tricks.as_strided(np.zeros(2, np.float32), shape=(1,), strides=(8,)))  # stride 2, 1 element
 def test_host_and_device_checksums_agree(a):
-    assert compare.checksum(a) == compare.device_checksum(torch.from_numpy(np.ascontiguousarray(a)))
-    assert compare.checksum(a) == compare.device_checksum(torch.from_numpy(a.copy()))
+    assert numeric.checksum(a) == numeric.device_checksum(torch.from_numpy(np.ascontiguousarray(a)))
+    assert numeric.checksum(a) == numeric.device_checksum(torch.from_numpy(a.copy()))
 
 
 @given(arrays(dtypes=[np.float32, np.int32, np.float16]), st.data())
 def test_checksum_sees_any_single_bit_flip(a, data):
     assume(a.size > 0)
     got = np.ascontiguousarray(a).copy()
-    flat = compare.bits(got).reshape(-1)
+    flat = numeric.bits(got).reshape(-1)
     flat[data.draw(st.integers(0, a.size - 1))] ^= flat.dtype.type(1) << data.draw(st.integers(0, 8 * a.itemsize - 1))
-    assert compare.checksum(got) != compare.checksum(a)
+    assert numeric.checksum(got) != numeric.checksum(a)
 
 
 @given(st.integers(2, 3000), st.data())
@@ -131,29 +131,29 @@ def test_checksum_sees_a_swap_of_different_elements(n, data):
     i, j = data.draw(st.lists(st.integers(0, n - 1), min_size=2, max_size=2, unique=True))
     b = a.copy()
     b[[i, j]] = b[[j, i]]
-    assert compare.checksum(b) != compare.checksum(a)
+    assert numeric.checksum(b) != numeric.checksum(a)
 
 
-@given(st.sampled_from(compare.PATTERN_DTYPES), st.integers(0, 3000), st.integers(1, 127), st.integers(1, 127))
+@given(st.sampled_from(numeric.PATTERN_DTYPES), st.integers(0, 3000), st.integers(1, 127), st.integers(1, 127))
 def test_patterns_are_never_zero_nan_or_subnormal_and_change_everywhere(dtype, n, s1, s2):
-    pattern = compare.Pattern(n, dtype)
+    pattern = numeric.Pattern(n, dtype)
     a = pattern.values(s1)
-    assert a.shape == (n,) and a.dtype.itemsize == compare.Pattern.itemsize(dtype)
+    assert a.shape == (n,) and a.dtype.itemsize == numeric.Pattern.itemsize(dtype)
     if dtype == "int32":
         assert np.all(a != 0)
     else:
-        values = compare.bf16_value(a) if dtype == "bfloat16" else a
+        values = numeric.bf16_value(a) if dtype == "bfloat16" else a
         assert np.all(np.isfinite(values)) and np.all(np.abs(values) >= np.finfo(values.dtype).tiny)
     if s1 != s2:
-        assert compare.bitwise(pattern.values(s2), a, fmt=dtype).mismatches == n
+        assert numeric.bitwise(pattern.values(s2), a, fmt=dtype).mismatches == n
 
 
 @given(hnp.arrays(np.float64, hnp.array_shapes(min_dims=1, max_dims=2, max_side=8),
                   elements=st.floats(1e-3, 1e3)), st.sampled_from(["float16", "bfloat16", "float32"]))
 def test_close_accepts_half_the_tolerance_and_rejects_twice_it(ref, dtype):
-    tol = compare.TOLERANCE[dtype]
-    assert compare.close(ref * (1 + tol / 2), ref, dtype).ok
-    check = compare.close(ref * (1 + 2 * tol), ref, dtype)
+    tol = numeric.TOLERANCE[dtype]
+    assert numeric.close(ref * (1 + tol / 2), ref, dtype).ok
+    check = numeric.close(ref * (1 + 2 * tol), ref, dtype)
     assert check.bad == ref.size and check.first_bad == 0 and check.max_err == pytest.approx(2 * tol)
 
 
@@ -162,30 +162,30 @@ def test_close_counts_nan_and_unexpected_zeros(ref, data):
     i, j = data.draw(st.lists(st.integers(0, ref.size - 1), min_size=2, max_size=2, unique=True))
     got = ref.copy()
     got[i], got[j] = np.nan, 0.0
-    check = compare.close(got, ref, "float32")
+    check = numeric.close(got, ref, "float32")
     assert (check.bad, check.nans, check.zeros, check.first_bad) == (2, 1, 1, min(i, j))
     assert check.zero_fraction == pytest.approx(1 / ref.size) and check.ref_zero_fraction == 0
 
 
 def test_close_on_empty_and_special_values():
-    empty = compare.close(np.zeros(0), np.zeros(0), "float32")
+    empty = numeric.close(np.zeros(0), np.zeros(0), "float32")
     assert empty.ok and empty.total == 0 and empty.max_err == 0.0
     special = np.array([np.inf, -np.inf, np.nan, 0.0])
-    assert compare.close(special, special, "bfloat16").ok
+    assert numeric.close(special, special, "bfloat16").ok
     # a zero is expected where the reference rounds to zero in the result dtype
-    assert compare.close(np.array([0.0]), np.array([1e-9]), "float16", scale=np.array([1.0])).zeros == 0
+    assert numeric.close(np.array([0.0]), np.array([1e-9]), "float16", scale=np.array([1.0])).zeros == 0
 
 
 @given(hnp.arrays(np.float32, st.integers(0, 40), elements=st.floats(allow_nan=False, width=32)))
 def test_bf16_tensors_travel_through_numpy_exactly(x):
-    t = compare.from_numpy(x, "bfloat16")
+    t = numeric.from_numpy(x, "bfloat16")
     assert t.dtype == torch.bfloat16
-    np.testing.assert_array_equal(compare.to_numpy(t), compare.round_to(x, "bfloat16").astype(np.float32))
-    np.testing.assert_array_equal(compare.tensor_bits(t), compare.bf16_bits(x))
+    np.testing.assert_array_equal(numeric.to_numpy(t), numeric.round_to(x, "bfloat16").astype(np.float32))
+    np.testing.assert_array_equal(numeric.tensor_bits(t), numeric.bf16_bits(x))
 
 
 def test_rel_l2():
     x = np.array([3.0, 4.0])
-    assert compare.rel_l2(x, x) == 0.0
-    assert compare.rel_l2(np.zeros(2), x) == 1.0
-    assert compare.rel_l2(x, np.zeros(2)) == float("inf") and compare.rel_l2(np.zeros(2), np.zeros(2)) == 0.0
+    assert numeric.rel_l2(x, x) == 0.0
+    assert numeric.rel_l2(np.zeros(2), x) == 1.0
+    assert numeric.rel_l2(x, np.zeros(2)) == float("inf") and numeric.rel_l2(np.zeros(2), np.zeros(2)) == 0.0

@@ -1,0 +1,103 @@
+"""The one probe API: what a probe receives (`ctx`), the lazy torch and numpy handles, and the
+built-in library held to them (docs/architecture.md: probes use the probe API only)."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rocmcheck.context import ProbeContext
+from rocmcheck.errors import Skip
+from rocmcheck.lazy import LazyModule
+
+ROOT = Path(__file__).resolve().parent.parent
+# multigpu's rank program runs in torchrun's processes, where there is no ProbeContext: a rank prints its
+# own progress, and a check it cannot run (also torchapi's Skip) becomes its result in run_check
+RANK_PROGRAM = {("multigpu.py", "run_check"), ("multigpu.py", "check_fsdp")}
+
+
+def test_progress_is_one_line_of_output_that_is_out_before_the_process_dies():
+    """A hung probe is killed: a progress line still in a buffer would never reach the verdict."""
+    code = ("import os; from rocmcheck.context import ProbeContext; "
+            "ProbeContext().progress('gemm: split-k backward'); os._exit(1)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)  # a pipe: buffered
+    assert done.stdout == "gemm: split-k backward\n"
+
+
+def test_a_lazy_handle_imports_on_first_use_and_reads_the_live_module(tmp_path, monkeypatch):
+    (tmp_path / "lazy_target.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "lazy_target", raising=False)  # and removed again after the test
+    handle = LazyModule("lazy_target")
+    assert "lazy_target" not in sys.modules
+    assert handle.VALUE == 1 and "lazy_target" in sys.modules
+    sys.modules["lazy_target"].VALUE = 2  # as a fault patches torch.matmul
+    assert handle.VALUE == 2
+
+
+def test_skip_and_measure_are_the_contexts():
+    ctx = ProbeContext()
+    ctx.measure(gbps=12.5)
+    ctx.measure(copies=3)
+    assert ctx.measurements == {"gbps": 12.5, "copies": 3}
+    with pytest.raises(Skip, match="^no GPU$"):
+        ctx.skip("no GPU")
+
+
+def _one_api_breaches(path: Path) -> list:
+    """Where a probe module reports other than through ctx, or imports torch/numpy itself."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for func in functions:
+        if (path.name, func.name) in RANK_PROGRAM:
+            continue
+        probe = any(isinstance(d, ast.Call) and ast.unparse(d.func) == "rocmcheck.probe" for d in func.decorator_list)
+        for node in ast.walk(func):
+            where = f"{path.name}:{getattr(node, 'lineno', func.lineno)} {func.name}"
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "print":
+                found.append(f"{where}: print (ctx.progress says where a probe is)")
+            elif isinstance(node, ast.Raise) and node.exc is not None and any(
+                    call in ast.unparse(node.exc) for call in ("Skip(", "torchapi.missing(")):
+                found.append(f"{where}: Skip raised (ctx.skip ends a probe as skip)")
+            elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith("ProbeFailure") and node.keywords:
+                found.append(f"{where}: measurements on the exception (ctx.measure records them)")
+            elif isinstance(node, ast.Attribute) and ast.unparse(node) == "ctx.measurements":
+                found.append(f"{where}: ctx.measurements used (ctx.measure records them)")
+            elif isinstance(node, ast.Return) and probe and node.value is not None:
+                found.append(f"{where}: the probe returns a value (ctx.measure records measurements)")
+            elif isinstance(node, ast.Import) and {a.name for a in node.names} & {"torch", "numpy"}:
+                found.append(f"{where}: imports torch or numpy itself (from rocmcheck.lazy import np, torch)")
+    return found
+
+
+def test_the_built_in_probes_use_the_one_api():
+    found = [breach for path in sorted((ROOT / "probes").glob("*.py")) for breach in _one_api_breaches(path)]
+    assert not found, "\n".join(found)
+
+
+def test_the_check_of_the_one_api_sees_each_breach(tmp_path):
+    """A probe written the old ways, breach by breach: the check above must name every one."""
+    probe = tmp_path / "old_ways.py"
+    probe.write_text('''
+import rocmcheck
+
+
+@rocmcheck.probe("old-ways", title="t", targets="t")
+def old_ways(ctx):
+    import torch
+    print("step 1", flush=True)
+    ctx.measurements["x"] = 1
+    if torch.cuda.device_count() == 0:
+        raise rocmcheck.Skip("no GPU")
+    if ctx.full:
+        raise rocmcheck.ProbeFailure("wrong", gbps=1.0)
+    return {"gbps": 2.0}
+''')
+    found = _one_api_breaches(probe)
+    kinds = ("imports torch", "print", "ctx.measurements used", "Skip raised", "measurements on the exception",
+             "returns a value")
+    assert len(found) == len(kinds) and all(any(kind in f for f in found) for kind in kinds), found
