@@ -2,7 +2,8 @@
 facts) and what the host has (its own GPU inventory, `hostgpu`).
 
 Pure decisions over facts already gathered: no child, no torch, so every case is testable with
-made-up facts. The runner launches the facts child and hands its answer here.
+made-up facts. The runner launches the facts child and the device canary, and hands their
+answers here.
 """
 from __future__ import annotations
 
@@ -13,8 +14,13 @@ from typing import Any, Dict, List, Mapping, Optional
 from . import hostgpu
 from .errors import UsageError
 from .model import DeviceInfo
+from .verdicts import end_summary
+from .watchdog import ChildEnd
 
 GPU_VISIBLE = "gpu-visible"  # the probe that fails when the host has GPUs that torch cannot use
+CANARY_TIMEOUT_S = 20.0  # runtime init and one tiny kernel; a device that needs longer is not usable
+CANARY_CALL = "rocmcheck.child:device_canary"
+CANARY_PROBE = "device-canary"  # the name faults are injected under: --inject hang@device-canary
 
 
 def local_rank() -> int:
@@ -89,3 +95,13 @@ def _gpu_facts(facts: Mapping[str, Any], index: int) -> Dict[str, Any]:
     """The facts child's entry for GPU `index` ({} where it has none)."""
     gpus = facts.get("devices") or []
     return (gpus[index] if index < len(gpus) else None) or {}
+
+
+def canary_outcome(end: ChildEnd, result: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """Whether the device still computes after a hang, from the canary child's end and result:
+    `usable`, its time, and else the `problem` (no answer in time, a wrong sum, how it died)."""
+    data = (result or {}).get("data") or {}
+    usable = not end.timed_out and bool(data.get("ok"))
+    why = (f"no answer within {CANARY_TIMEOUT_S:g}s" if end.timed_out else
+           data.get("problem") or (result or {}).get("message") or end_summary(end))
+    return {"usable": usable, "elapsed_s": round(end.elapsed_s, 3), **({} if usable else {"problem": why})}

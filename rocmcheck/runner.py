@@ -1,9 +1,10 @@
-"""Run probe variants, each in its own child under the watchdog, and keep every verdict.
+"""Run probe variants, one queue per device under test, and keep every verdict.
 
 The runner never imports torch and never touches the GPU: device facts come from a
-child, probes run in children (forked from the zygote, or spawned), and each verdict
-reaches the journal before the next probe starts. Ctrl-C or SIGTERM ends the run
-with a partial report that names the interrupted probe.
+child, and each variant runs as a `Task` in its device's worker child or in a child of its
+own (`rocmcheck.isolation`); a bad verdict from a worker is confirmed alone. Each verdict
+reaches the journal before the next probe starts. Ctrl-C or SIGTERM ends the run with a
+partial report that names the interrupted probe.
 """
 from __future__ import annotations
 
@@ -31,14 +32,11 @@ from .options import FIRST_USE_LIMIT_S, RunOptions
 from .safetext import clean, clean_env, clean_tree
 from .storage import SCHEMA, SCHEMA_VERSION, Journal, new_run_id, report_json, report_paths, write_atomic
 from .task import Task
-from .verdicts import assemble, confirmed, end_summary, outcome, read_result, read_text
+from .verdicts import assemble, confirmed, end_summary, not_run, outcome, read_result, read_text
 from .watchdog import ChildEnd
 
 NO_BINARY = next(m for m, sig in BY_MEANING.items() if sig.id == "hip-no-binary-for-gpu")
 FACTS_TIMEOUT_S = 120.0
-CANARY_TIMEOUT_S = 20.0  # runtime init and one tiny kernel; a device that needs longer is not usable
-CANARY_CALL = "rocmcheck.child:device_canary"
-CANARY_PROBE = "device-canary"  # the name faults are injected under: --inject hang@device-canary
 
 
 class Runner:
@@ -198,7 +196,7 @@ class Runner:
         if reason is None and self.wedged.get(device.name) and device.kind == "gpu":
             reason = f"skipped: device unusable after {self.wedged[device.name]}"
         if reason:
-            return Verdict(spec.id, variant.id, Status.SKIP, dict(variant.params), reason)
+            return not_run(variant, reason)
         if spec.host_only:
             return self._run_in_parent(variant, device)
         timeout = timeout or self.opts.timeout or spec.timeout
@@ -281,14 +279,11 @@ class Runner:
     def device_canary(self, after: str, device: DeviceInfo) -> Dict[str, Any]:
         """After a hang on the GPU: does a tiny kernel in a fresh child still run? If not, the
         remaining GPU probes are skipped ("device unusable after <variant>")."""
-        task = self._task(call=CANARY_CALL, probe=CANARY_PROBE, device=device.name, timeout=CANARY_TIMEOUT_S)
+        task = self._task(call=devices.CANARY_CALL, probe=devices.CANARY_PROBE, device=device.name,
+                          timeout=devices.CANARY_TIMEOUT_S)
         end = self.isolation.run(task, {}, fresh=False)
-        result = read_result(task.files.result)
-        data = (result or {}).get("data") or {}
-        usable = not end.timed_out and bool(data.get("ok"))
-        why = (f"no answer within {CANARY_TIMEOUT_S:g}s" if end.timed_out else
-               data.get("problem") or (result or {}).get("message") or end_summary(end))
-        outcome = {"usable": usable, "elapsed_s": round(end.elapsed_s, 3), **({} if usable else {"problem": why})}
+        outcome = devices.canary_outcome(end, read_result(task.files.result))
+        usable, why = outcome["usable"], outcome.get("problem")
         if usable:
             self.note(f"device canary after the hang of {after}: a kernel ran in {end.elapsed_s:.2f}s; "
                       f"the remaining GPU probes run")

@@ -4,7 +4,7 @@
 |---|---|---|
 | pass, warn | the probe returned; warn when it called `ctx.warn` | `outcome` (in the child) |
 | skip | the probe raised `Skip` / called `ctx.skip`; or the runner never started it | `outcome`; |
-| | (unmet `requires`, torch cannot use the host's GPU, the device's canary failed) | `Runner._run_variant` |
+| | (unmet `requires`, torch cannot use the host's GPU, the device's canary failed) | `not_run` |
 | fail | the probe raised `AssertionError` / `ProbeFailure` | `outcome` |
 | error | any other exception, `sys.exit()` or `KeyboardInterrupt` inside the probe; | `outcome`; `no_result` |
 | | a child that exited 0 without a result; | |
@@ -211,6 +211,11 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
                 measurements.setdefault(timing, round(result[timing], 4))
     return Verdict(variant.spec.id, variant.id, status, dict(variant.params), clean(message),
                    round(end.elapsed_s, 4), clean_tree(measurements), clean_tree(evidence))
+
+
+def not_run(variant: Variant, reason: str) -> Verdict:
+    """A variant the runner never started: unmet `requires`, a GPU torch cannot use, a wedged device."""
+    return Verdict(variant.spec.id, variant.id, Status.SKIP, dict(variant.params), clean(reason))
 
 
 def confirmed(in_worker: Verdict, alone: Verdict, after: Optional[str]) -> Verdict:

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rocmcheck import registry
+from rocmcheck import devices, registry
 from rocmcheck.launch import ChildProcess
 from rocmcheck.model import DeviceInfo
 from rocmcheck.options import RunOptions
@@ -321,10 +321,8 @@ def test_unkillable_only_after_the_teardown_wait(tmp_path, isolation, fake_gpu, 
 
 @pytest.mark.parametrize("canary", ["hang", "abort", "exit-no-result"])
 def test_a_wedged_device_skips_the_remaining_gpu_probes(tmp_path, isolation, fake_gpu, piddir, canary):
-    from rocmcheck import runner as runner_mod
-
     fake_gpu.setattr(sys.modules[__name__], "DYING_S", 0)
-    fake_gpu.setattr(runner_mod, "CANARY_TIMEOUT_S", 4.0)  # the hung canary's wait, shortened from 20 s
+    fake_gpu.setattr(devices, "CANARY_TIMEOUT_S", 4.0)  # the hung canary's wait, shortened from 20 s
     report, _ = _gpu_run(tmp_path, isolation, inject=f"{canary}@device-canary")
     hang, after = report["verdicts"]
     assert hang["status"] == "hang" and hang["evidence"]["device_canary"]["usable"] is False

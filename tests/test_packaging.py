@@ -22,9 +22,11 @@ PACKAGE_SUFFIXES = (".py", ".json", ".typed", ".cpp")
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
+    """The wheel a clone builds: from a copy of the tree, so a stale build/ left here (setuptools'
+    scratch, holding a module since removed) cannot put an old file in it."""
+    out, source = tmp_path_factory.mktemp("dist"), checkout_copy(tmp_path_factory.mktemp("source"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
-                    str(ROOT)], check=True, capture_output=True)
+                    str(source)], check=True, capture_output=True)
     (path,) = out.glob("rocmcheck-*.whl")
     return path
 
