@@ -1,5 +1,5 @@
-"""Isolation overhead per trivial probe (zygote, spawn, in-process) and a run of 20
-trivial probes as a whole process against `python -c "import torch"`.
+"""Isolation overhead per trivial probe (zygote, spawn; in a worker or in a child of its own;
+in-process) and a run of 20 trivial probes as a whole process against `python -c "import torch"`.
 
 Run: python -m pytest benchmarks/bench_isolation.py --benchmark-columns=min,median,max,rounds
 Bars (docs/design.md, "Performance bars"): zygote <= 50 ms median per probe and >= 20x cheaper than spawn.
@@ -33,24 +33,27 @@ def trivial():
     return variant
 
 
+@pytest.mark.parametrize("alone", [False, True], ids=["worker", "own-child"])
 @pytest.mark.parametrize("isolation", ["zygote", "spawn"])
-def test_isolation_overhead_per_trivial_probe(benchmark, trivial, isolation):
+def test_isolation_overhead_per_trivial_probe(benchmark, trivial, isolation, alone):
     runner = _runner(isolation)
-    rounds = 30 if isolation == "zygote" else 5
+    rounds = 5 if isolation == "spawn" and alone else 30
     try:
-        verdict = benchmark.pedantic(runner.run_variant, args=(trivial,), rounds=rounds, warmup_rounds=1)
+        verdict = benchmark.pedantic(runner.run_variant, args=(trivial,), kwargs={"alone": alone}, rounds=rounds,
+                                     warmup_rounds=1)
     finally:
         runner.finish()
     assert verdict.status.value == "pass"
+    assert ("worker_task" in verdict.evidence) is not alone
 
 
 def test_in_process_trivial_probe(benchmark, trivial):
     from rocmcheck import child
+    from rocmcheck.task import Task
 
     folder = tempfile.mkdtemp()
-    task = {"probe": trivial.spec.id, "params": {}, "device": "cpu", "probes_paths": [FAKE], "faults": "",
-            "result_path": f"{folder}/r.json", "stack_path": f"{folder}/s"}
-    result = benchmark(child.run_probe, task)
+    task = Task(prefix=f"{folder}/t", timeout=30, probe=trivial.spec.id, probes_paths=[FAKE])
+    result = benchmark(child.run_probe, task, child.Worker())
     assert result["status"] == "pass"
 
 
