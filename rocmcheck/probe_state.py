@@ -1,12 +1,13 @@
-"""What a probe may change in its process, read when a worker starts and put back before each
-next task, so that a task in a worker starts as it would in a fresh child.
+"""What a probe may change in its process, read when a worker starts and put back after each
+task, so that the next task in a worker starts as it would in a fresh child.
 
 Each entry is a process-wide setting with a getter and a setter: precision flags (TF32, the
 fp32 precision mode, reduced-precision reductions), the default dtype, the SDPA backends,
 deterministic mode, cuDNN flags, grad and anomaly mode, the intra-op thread count, the
 environment, the working folder and the warning filters. The RNGs are reseeded with the
-process's initial seed (the CPU's put back exactly), and the caching allocator emptied. A setting this torch lacks is
-left out. What a reset had to put back is returned, for the verdict's evidence.
+process's initial seed (the CPU's put back exactly), the worker's GPU made current again and
+its caching allocator emptied. A setting this torch lacks is left out. What had to be put back
+is returned, for the verdict's evidence.
 """
 from __future__ import annotations
 
@@ -106,5 +107,9 @@ class ProcessState:
         torch.set_rng_state(self.cpu_rng)
         gc.collect()
         if device != "cpu":
+            module, index = torchapi.device_module(device), torch.device(device).index or 0
+            if module.current_device() != index:  # a probe that made another GPU current (Accelerate does)
+                module.set_device(index)
+                changed.append("current_device")
             torchapi.empty_cache(device)
         return changed

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -152,3 +153,21 @@ def test_the_simulated_gate_pays_at_most_two_runtime_inits(tmp_path, simgpu_buil
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "GO" in proc.stdout
     assert (walls[4] - walls[0]) / 4 < 2.5, walls
+
+
+def test_a_worker_makes_its_own_gpu_current_again(simgpu_built):
+    """A probe that makes another GPU current (Accelerate's placement does) must not move the
+    next task of its worker: the worker puts its GPU back, and says so."""
+    from rocmcheck import registry
+    from rocmcheck.options import RunOptions
+    from rocmcheck.runner import Runner
+    from rocmcheck.selection import select
+
+    fake = str(Path(__file__).parent / "fake_probes")
+    specs = registry.load_all([fake])
+    variants = [v for p in ("fake-w-current-gpu", "fake-w-other-gpu", "fake-w-current-gpu") for v in select(specs, [p])]
+    opts = RunOptions(device="simgpu:0", inject="simgpu:2", probes_paths=[fake], write_files=False)
+    first, other, after = Runner(opts).run(variants)["verdicts"]
+    assert first["measurements"]["pid"] == after["measurements"]["pid"]  # one worker
+    assert first["measurements"]["current"] == after["measurements"]["current"] == 0
+    assert "current_device" in other["evidence"]["state_put_back"]

@@ -63,3 +63,19 @@ def fake_w_own(ctx):
                  env=lambda params: {"ROCMCHECK_TEST_X": "variant"})
 def fake_w_env(ctx):
     ctx.measure(pid=os.getpid(), run_env=os.environ.get("ROCMCHECK_TEST_X"))
+
+
+@rocmcheck.probe("fake-w-other-gpu", title="makes another GPU current", targets="current device", timeout=30)
+def fake_w_other_gpu(ctx):
+    from rocmcheck import torchapi
+
+    index = int(ctx.device.split(":")[1]) if ctx.on_gpu else 0
+    if ctx.on_gpu:
+        torchapi.device_module(ctx.device).set_device(1 - index)
+
+
+@rocmcheck.probe("fake-w-current-gpu", title="reads the current GPU", targets="current device", timeout=30)
+def fake_w_current_gpu(ctx):
+    from rocmcheck import torchapi
+
+    ctx.measure(pid=os.getpid(), current=torchapi.device_module(ctx.device).current_device() if ctx.on_gpu else None)
