@@ -110,7 +110,7 @@ class Isolation:
         env = {**self.run_env, **env}
         self._check_server(f"before {what}")
         launcher = self.launcher
-        if (fresh or env) and self.mode == "zygote":
+        if self.mode == "zygote" and self.fresh_interpreter(env, fresh):
             launcher = self._spawn_launcher(prestart=False)  # env before `import torch`
         try:
             with self.lock:  # the zygote's socket and the spawn launcher's standby serve one launch at a time

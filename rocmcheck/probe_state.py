@@ -40,7 +40,10 @@ def _environment() -> Setting:
 def _warning_filters() -> Setting:
     def put_back(saved: list) -> None:
         warnings.filters[:] = saved
-        warnings._filters_mutated()  # type: ignore[attr-defined]  # what warnings.simplefilter calls
+        # what warnings.simplefilter calls, so cached "already warned" decisions are dropped (renamed in 3.13)
+        mutated = getattr(warnings, "_filters_mutated", None) or getattr(warnings, "_filters_mutated_lock_held", None)
+        if mutated is not None:
+            mutated()
 
     return (lambda: list(warnings.filters)), put_back
 
