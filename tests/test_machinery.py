@@ -92,7 +92,10 @@ def test_server_killed_mid_run_is_noted_and_the_run_goes_on(tmp_path, isolation,
     if isolation == "zygote":
         assert "the isolation server died while fake-x-server ran" in notes and "SIGKILL" in notes
         assert report["run"]["isolation"] == "spawn"
-    assert "the standby interpreter" in notes and "died before its task (SIGKILL)" in notes
+    # the killed standby is found dead at its hand-over, or dies as it is handed its task (the kill and
+    # the liveness check race: both were seen); either way it is noted and the task ran again
+    assert "the standby interpreter" in notes
+    assert "died before its task (SIGKILL)" in notes or "was killed (SIGKILL) as fake-z-last was handed to it" in notes
     assert survivors(piddir) == []
 
 
