@@ -193,7 +193,9 @@ def execute(task: Task, next_task: Callable[[], str]) -> None:
         write_result(task.files.result, result)
         sys.stdout.flush()
         sys.stderr.flush()
-        go_on = task.keep_alive and worker.device is not None and "retire" not in result
+        # a worker goes on after a probe that left its runtime up, or after the device facts (whose
+        # process the first GPU's queue adopts: the runtime init they made is the one it uses)
+        go_on = task.keep_alive and (worker.device is not None or bool(task.call)) and "retire" not in result
         if not go_on:
             break
         try:

@@ -15,7 +15,8 @@
   flight; so does a fail or error, and the runner re-runs that variant alone before its
   verdict counts. The next task starts a fresh worker. A task with its own environment, a
   probe with `own_child` or `fresh_interpreter`, and a fault that patches one probe's process
-  never share a worker.
+  never share a worker. The device facts run first in a worker that the first GPU's queue
+  adopts, so on a real GPU the facts' runtime init is the one its probes use.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ WORKER_REAP_S = 5.0  # a worker told to go (its lifeline closed) kills its own g
 GOOD = {Status.PASS.value, Status.WARN.value, Status.SKIP.value}  # after these, a worker runs its next task
 
 WorkerKey = Tuple[str, FrozenSet[str]]  # the device, and the whole-run faults its process has
+FACTS_WORKER = "(device facts)"  # the device of a worker key before the device is known
 
 
 @dataclass
@@ -188,6 +190,26 @@ class Isolation:
         if env or spec.fresh_interpreter or spec.own_child or whole_run is None:
             return None
         return task.device, whole_run
+
+    def facts_worker_key(self) -> Optional[WorkerKey]:
+        """Where the device-facts task runs: a worker that the first GPU's queue then adopts
+        (`adopt_facts_worker`), so the runtime init the facts make is the one that GPU's tasks
+        use; None (a child of its own) when a fault meets only some probes or patches a probe's
+        process, since no probe's worker would then have the facts process's faults."""
+        whole_run = faults.run_wide(self.faults)
+        return None if whole_run is None else (FACTS_WORKER, whole_run)
+
+    def adopt_facts_worker(self, device: Optional[str]) -> None:
+        """Hand the device-facts worker to `device`'s queue, or end it (`device` None: no GPU under
+        test, so no runtime init to keep, and CPU probes never share a process that touched a GPU)."""
+        with self.lock:
+            found = [(key, self.workers.pop(key)) for key in list(self.workers) if key[0] == FACTS_WORKER]
+            for (_, whole_run), worker in found:
+                if device is not None and (device, whole_run) not in self.workers:
+                    self.workers[(device, whole_run)] = worker
+                    worker = None
+                if worker is not None:
+                    self._retire(worker)
 
     def run_in_worker(self, task: Task, key: WorkerKey,
                       on_first_use: Optional[Callable[[float], None]] = None) -> Tuple[ChildEnd, Optional[str]]:

@@ -120,7 +120,8 @@ class Runner:
         """Ask a child for device facts; `devices.resolve` holds them against the host's own GPU
         inventory and `--device`. A torch that cannot be imported stops the run here."""
         task = self._task(call="rocmcheck.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S)  # faults: in_facts only
-        end = self.isolation.run(task, {}, fresh=False)
+        key = self.isolation.facts_worker_key() if self.opts.device != "cpu" else None  # a CPU run: no GPU init to keep
+        end = self.isolation.run_in_worker(task, key)[0] if key else self.isolation.run(task, {}, fresh=False)
         result = read_result(task.files.result)
         self.facts = clean_tree((result or {}).get("data") or {"error": end_summary(end)})
         if result is None and NO_BINARY in signatures(end.output):
@@ -137,6 +138,7 @@ class Runner:
         self.gpu_problem = chosen.gpu_problem
         self.devices = chosen.devices
         self.device = self.devices[0]
+        self.isolation.adopt_facts_worker(self.device.name if self.device.kind == "gpu" else None)
 
     def arch_fix(self) -> str:
         """Which wheel or override makes torch run on this host's GPUs, for a child that died with

@@ -140,6 +140,16 @@ def worker_faults(requests: List[FaultRequest], probe_id: str) -> Optional[Froze
     return frozenset(str(r) for r in applying)
 
 
+def run_wide(requests: List[FaultRequest]) -> Optional[FrozenSet[str]]:
+    """The faults every probe's worker has, when each request is whole-run and meets every probe
+    (then the device-facts child's process is fit to become a worker: `worker_faults` gives every
+    probe this same set); None when some fault meets only some probes or patches a probe's process."""
+    known = catalogue()
+    if not all(known[r.name].whole_run and not known[r.name].in_probe and r.scope == "*" for r in requests):
+        return None
+    return frozenset(str(r) for r in requests)
+
+
 def install(requests: List[FaultRequest], probe_id: str, facts_only: bool = False,
             in_probe: Optional[bool] = None) -> List[str]:
     """Install the requests that apply to `probe_id` (in the device-facts child: only the faults

@@ -125,9 +125,12 @@ class _DeviceModule(ModuleType):
         build().set_device(torch.device(NAME, device).index if not isinstance(device, int) else device)
 
     def get_device_properties(self, device: Any = None) -> SimpleNamespace:
-        """What a CUDA device reports, made up for simulated GPU `device` (its PCI bus is 0x10 + index)."""
+        """What a CUDA device reports, made up for simulated GPU `device` (its PCI bus is 0x10 + index).
+        It initialises the runtime first, as `torch.cuda.get_device_properties` does (its `_lazy_init`),
+        so the device-facts child pays the init a real GPU makes it pay."""
         import torch
 
+        self._lazy_init()
         index = device if isinstance(device, int) else (torch.device(device).index or 0)
         total = torch.accelerator.get_memory_info(index)[1]
         return SimpleNamespace(name=f"simulated GPU {index}", major=0, minor=0, total_memory=total,
@@ -163,7 +166,7 @@ class _DeviceModule(ModuleType):
         return True
 
     def _lazy_init(self) -> None:
-        pass
+        build().init()
 
     def _is_in_bad_fork(self) -> bool:
         return False

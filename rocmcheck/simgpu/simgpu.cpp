@@ -410,6 +410,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("current_device", [] { return int(t_device); });
   m.def("set_device", [](int i) { check_index(i); t_device = i; });
   m.def("set_init_seconds", [](double s) { g_init_s = s; });
+  m.def("init", [] { lazy_init(); });  // what torch.cuda._lazy_init does: properties need the runtime
   m.def("set_fault", [](const std::string& name, int64_t value) {
     if (name == "copy-tail") g_tail_denominator = value;
     else if (name == "stale-side-stream") g_stale_side_stream = value != 0;
