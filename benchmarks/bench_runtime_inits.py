@@ -6,8 +6,10 @@ The simulated GPU (`--inject simgpu:1`, rocmcheck/simgpu) sleeps ROCMCHECK_SIMGP
 process's first device use, as a real runtime's init costs 0.3-4 s (a HIP context, rocBLAS's
 first GEMM, librccl). The whole default gate runs at 0 s and at 2 s; (median at 2 s - median
 at 0 s) / 2 is the number of inits on the gate's path. Bar: at most 2 on a healthy node (the
-device facts, then one worker per GPU). With one child per variant it was 34.9
-(84.4 s against 14.7 s).
+worker that gathered the device facts and then runs the GPU's probes, and allocator[default]'s
+own interpreter). With one child per variant it was 34.9 (84.4 s against 14.7 s); with a facts
+child of its own, 3 on a real GPU (the simulated one counted 2.15 until its device properties
+initialised it, as torch.cuda's do).
 """
 from __future__ import annotations
 

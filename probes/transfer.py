@@ -304,6 +304,9 @@ class Tally:
 def transfer(ctx: rocmcheck.ProbeContext, method: str, context: str) -> None:
     sender = Sender(method, ctx.device, ctx.on_gpu)
     load = TrainingLoad(ctx.device, ctx.gpu_sized) if context == "training" else None
+    # a step queued before each copy keeps kernels in flight on a GPU; on the CPU each step has run to its
+    # end before the copy starts, so the load (built with one step) stays resident without more of them
+    step = load.step if load and ctx.on_gpu else None
     tally = Tally()
     cases = plan(ctx)
     biggest = max(c.nbytes for c in cases)
@@ -313,8 +316,8 @@ def transfer(ctx: rocmcheck.ProbeContext, method: str, context: str) -> None:
             src_np = source(pattern, repeat, case.contiguous)  # the reference is the pattern, rebuilt when checking
             staged = sender.stage(as_tensor_of(src_np, case.dtype), src_np)
             del src_np  # a pinned copy replaces it: two full-size host buffers at most (source, read-back)
-            if load:
-                load.step()
+            if step:
+                step()
             dst = sender.send(staged, case.dtype)
             ctx.synchronize()
             check = pattern.check(numeric.tensor_bits(dst).reshape(-1), repeat)

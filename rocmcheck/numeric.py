@@ -318,6 +318,7 @@ class Pattern:
         store, self.exp_bits, self.man_bits, self.exp_lo, self.exp_span = _PATTERN_FORMATS[dtype]
         self.n, self.dtype, self.store = n, dtype, store
         self.width = np.dtype(store).itemsize * 8
+        self._last: Optional[Tuple[int, int, Any]] = None  # the last chunk's seed-free bits: one chunk at most
 
     @staticmethod
     def itemsize(dtype: str) -> int:
@@ -329,7 +330,15 @@ class Pattern:
         return low << 1 if self.man_bits == 31 else low << (self.man_bits - 7)
 
     def _bits(self, seed: int, start: int, stop: int) -> Any:
-        """Unsigned bit patterns of elements start..stop for `seed`."""
+        """Unsigned bit patterns of elements start..stop for `seed` (a new array): the seed-free
+        bits XOR the seed's mask. A pattern of one chunk (every copy the gate checks) hashes its
+        indexes once for all its fills and checks, not once each (4x fewer passes over them)."""
+        if self._last is None or self._last[:2] != (start, stop):
+            self._last = (start, stop, self._base(start, stop))
+        return self._last[2] ^ self._last[2].dtype.type(self.mask(seed))
+
+    def _base(self, start: int, stop: int) -> Any:
+        """The seed-free bit patterns of elements start..stop, from the index alone."""
         h = np.arange(start, stop, dtype=np.uint32)
         h *= np.uint32(0x9E3779B1)
         h ^= h >> np.uint32(16)
@@ -342,7 +351,6 @@ class Pattern:
             exponent = self.exp_lo + (h >> np.uint32(self.man_bits)) % np.uint32(self.exp_span)
             base |= exponent << np.uint32(self.man_bits)
             base |= h & np.uint32((1 << self.man_bits) - 1)
-        base ^= np.uint32(self.mask(seed))
         return base.astype(f"u{self.width // 8}", copy=False)
 
     def values(self, seed: int, start: int = 0, stop: Optional[int] = None) -> Any:
