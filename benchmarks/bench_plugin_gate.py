@@ -5,8 +5,11 @@ Run: python -m pytest benchmarks/bench_plugin_gate.py --benchmark-columns=min,me
 
 - group "gate": `rocmcheck gate --device cpu` against `python -c "import torch"`, for
   the default gate and a light one (config-lint + device-smoke, near-zero probe work).
-  Bar: gate <= 1.5 x import torch + the probes' own work; each gate's extra_info holds
-  that work (sum of `probe_s`), the children's wall time and the verdict counts.
+  Bar: gate <= 1.5 x import torch + the probes' own work. That work is their compute (each
+  gate's extra_info: the sum of `probe_s`, the children's wall time, the verdict counts) and
+  the modules they import beyond torch: `import torch` plus the gate's preloads
+  (`torch._dynamo`, which every optimizer step imports, and the Hugging Face stack) is timed
+  beside them, the floor no gate with those probes can go under.
 - group "plugin": `pytest` on a one-test file with the plugin autoloaded (no
   --rocm-matrix) against `-p no:rocmcheck`. Bar: no measurable difference.
 - group "plugin-import": what the plugin costs a pytest run without --rocm-matrix, in process
@@ -40,6 +43,21 @@ def _timed(benchmark, argv: List[str], cwd: Path) -> None:
 @pytest.mark.benchmark(group="gate")
 def test_import_torch(benchmark, tmp_path: Path) -> None:
     _timed(benchmark, [sys.executable, "-c", "import torch"], tmp_path)
+
+
+def _gate_preloads() -> List[str]:
+    from rocmcheck import registry
+    from rocmcheck.model import preloads
+    from rocmcheck.selection import gate_variants
+
+    return preloads(gate_variants(registry.load_all()))
+
+
+@pytest.mark.benchmark(group="gate")
+def test_import_torch_and_the_gates_preloads(benchmark, tmp_path: Path) -> None:
+    modules = ["torch", *_gate_preloads()]
+    benchmark.extra_info["modules"] = modules
+    _timed(benchmark, [sys.executable, "-c", "import " + ", ".join(modules)], tmp_path)
 
 
 GATES = {
