@@ -30,11 +30,6 @@ NEWEST_PYTHON = ((2, 1, (3, 11)), (2, 4, (3, 12)), (2, 8, (3, 13)), (99, 99, (3,
 ALLOC_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
 
 
-def version_tuple(text):
-    nums = re.findall(r"\d+", str(text or "").split("+")[0])
-    return tuple(int(n) for n in nums[:3])
-
-
 def check_hsa_override(facts):
     env = facts["env"]
     if "HSA_OVERRIDE_GFX_VERSION" not in env:
@@ -108,7 +103,7 @@ def check_arch_in_wheel(facts):
 
 
 def check_alloc_conf(facts):
-    env, torch_version, backend = facts["env"], version_tuple(facts["torch"]), facts["backend"]
+    env, torch_version, backend = facts["env"], torchapi.version_tuple(facts["torch"]), facts["backend"]
     set_vars = [v for v in ALLOC_VARS if v in env]
     problems = []
     if "PYTORCH_ALLOC_CONF" in env and torch_version < (2, 8):
@@ -127,8 +122,8 @@ def check_alloc_conf(facts):
 
 
 def check_python_version(facts):
-    py = version_tuple(facts["python"])[:2]
-    tv = version_tuple(facts["torch"])[:2]
+    py = torchapi.version_tuple(facts["python"])
+    tv = torchapi.version_tuple(facts["torch"])
     newest = next(limit for major, minor, limit in NEWEST_PYTHON if tv <= (major, minor))
     if py > newest:
         return [], [f"Python {facts['python']} is newer than torch {facts['torch']} supports "

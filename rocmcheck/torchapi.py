@@ -38,10 +38,10 @@ SINCE: Dict[str, Tuple[str, str]] = {  # name -> (first torch that has it, what 
 }
 
 
-def version_tuple(text: str) -> tuple:
-    """(major, minor) of a torch version string such as '2.4.1+rocm6.0' or '2.6.0a0+git1234'."""
+def version_tuple(text: Optional[str]) -> tuple:
+    """(major, minor) of a version string such as '2.4.1+rocm6.0', '2.6.0a0+git1234' or Python's '3.11.7'."""
     parts = []
-    for piece in text.split("+")[0].split(".")[:2]:
+    for piece in str(text or "").split("+")[0].split(".")[:2]:
         digits = "".join(ch for ch in piece if ch.isdigit()) or "0"
         parts.append(int(digits))
     return tuple(parts)
