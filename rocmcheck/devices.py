@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from . import hostgpu
 from .errors import UsageError
@@ -79,6 +79,15 @@ def resolve(wanted: str, facts: Mapping[str, Any], host: hostgpu.HostGpus) -> Un
     backend = facts.get("backend") or "cpu"
     return UnderTest([DeviceInfo(f"{kind}:{i}", backend, count, _gpu_facts(facts, i).get("arch")) for i in indexes],
                      notes)
+
+
+def facts_worker_device(under_test: Sequence[DeviceInfo]) -> Optional[str]:
+    """The device whose queue adopts the worker that gathered the device facts, so its runtime
+    init is the one that GPU's probes use: GPU 0 when it is under test (the facts made it
+    current). None for a CPU run (no init to keep; CPU probes never share a process that
+    touched a GPU) and for a run on other GPUs only, whose worker would keep a context on a GPU
+    0 the run does not test (another job's, maybe) for the whole run."""
+    return next((d.name for d in under_test if d.kind == "gpu" and d.name.endswith(":0")), None)
 
 
 def label(device: DeviceInfo, facts: Mapping[str, Any]) -> Dict[str, Any]:

@@ -200,8 +200,8 @@ class Isolation:
         return None if whole_run is None else (FACTS_WORKER, whole_run)
 
     def adopt_facts_worker(self, device: Optional[str]) -> None:
-        """Hand the device-facts worker to `device`'s queue, or end it (`device` None: no GPU under
-        test, so no runtime init to keep, and CPU probes never share a process that touched a GPU)."""
+        """Hand the device-facts worker to `device`'s queue, or end it (`device` None; the choice
+        is `devices.facts_worker_device`'s)."""
         with self.lock:
             found = [(key, self.workers.pop(key)) for key in list(self.workers) if key[0] == FACTS_WORKER]
             for (_, whole_run), worker in found:

@@ -138,7 +138,7 @@ class Runner:
         self.gpu_problem = chosen.gpu_problem
         self.devices = chosen.devices
         self.device = self.devices[0]
-        self.isolation.adopt_facts_worker(self.device.name if self.device.kind == "gpu" else None)
+        self.isolation.adopt_facts_worker(devices.facts_worker_device(self.devices))
 
     def arch_fix(self) -> str:
         """Which wheel or override makes torch run on this host's GPUs, for a child that died with

@@ -64,3 +64,12 @@ def test_inside_a_rank_auto_is_the_ranks_own_gpu(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "x")
     with pytest.raises(UsageError, match="^LOCAL_RANK must be a whole number, not 'x'$"):
         devices.resolve("auto", ROCM_TORCH, TWO_AMD)
+
+
+@pytest.mark.parametrize("under_test, adopter", [
+    (["cuda:0"], "cuda:0"), (["cuda:0", "cuda:1"], "cuda:0"), (["simgpu:0"], "simgpu:0"),
+    (["cuda:1"], None),  # the facts' process keeps a context on GPU 0: not for a whole run that tests GPU 1
+    (["cpu"], None),  # no runtime init to keep, and CPU probes never share a process that touched a GPU
+])
+def test_the_first_gpu_adopts_the_device_facts_worker(under_test, adopter):
+    assert devices.facts_worker_device([DeviceInfo(name) for name in under_test]) == adopter
