@@ -125,16 +125,9 @@ def run_probe(task: Task, worker: Worker) -> Dict[str, Any]:
                        params=dict(task.params), timeout=task.timeout, device_facts=dict(task.device_facts),
                        expect_gpus=task.expect_gpus, files=task.files)
     start = time.perf_counter()
-    ended: Optional[BaseException] = None
-    try:
-        result["faults_installed"] += faults.install(requests, spec.id, in_probe=True)  # a hang or crash it meets
-        returned = spec.func(ctx, **ctx.params)
-        ctx.synchronize()
-        if isinstance(returned, dict):
-            ctx.measurements.update(returned)
-    except BaseException as exc:  # noqa: BLE001 - every exception is a verdict, not our crash
-        ended = exc
-        ctx.measurements.update(getattr(exc, "measurements", {}) if isinstance(exc, AssertionError) else {})
+    # a hang or crash the probe meets is installed inside it; every exception is a verdict, not our crash
+    ended = ctx.call(spec.func, before=lambda: result["faults_installed"].extend(
+        faults.install(requests, spec.id, in_probe=True)))
     result.update(outcome(ended, ctx.warnings))
     result["probe_s"] = time.perf_counter() - start
     result["measurements"] = ctx.measurements

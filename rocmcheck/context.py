@@ -5,7 +5,7 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, NoReturn, Optional
+from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Type
 
 from . import torchapi
 from .errors import Skip
@@ -129,3 +129,21 @@ class ProbeContext:
         """Wait for queued GPU work so asynchronous errors surface inside the probe."""
         if self.on_gpu:
             torchapi.synchronize(self.device)
+
+    def call(self, func: Callable[..., Any], catching: Type[BaseException] = BaseException,
+             before: Callable[[], None] = lambda: None, in_child: bool = True) -> Optional[BaseException]:
+        """Run probe function `func` with this context's params, after `before()` (faults that act
+        as the probe's own code would); what it returns (a dict) and a failed assertion's
+        measurements join `measurements`. Returns the exception that ended it (None: it
+        returned), for `verdicts.outcome`. One path for a child's probes and the parent's host
+        ones; only a child waits for the GPU's queued work (the parent never touches the runtime)."""
+        try:
+            before()
+            returned = func(self, **self.params)
+            if in_child:
+                self.synchronize()
+            self.measurements.update(returned if isinstance(returned, dict) else {})
+        except catching as exc:
+            self.measurements.update(getattr(exc, "measurements", {}) if isinstance(exc, AssertionError) else {})
+            return exc
+        return None

@@ -251,13 +251,8 @@ class Runner:
         ctx = ProbeContext(device=device.name, requested_device=self.opts.device, profile=self.opts.profile,
                            params=dict(variant.params), device_facts=self.facts, expect_gpus=self.opts.expect_gpus,
                            baseline=self.baselines.get(spec.id))
-        start, ended = time.perf_counter(), None
-        try:
-            returned = spec.func(ctx, **ctx.params)
-            ctx.measurements.update(returned if isinstance(returned, dict) else {})
-        except Exception as exc:  # noqa: BLE001 - every exception is a verdict, as in a child
-            ended = exc
-            ctx.measurements.update(getattr(exc, "measurements", {}) if isinstance(exc, AssertionError) else {})
+        start = time.perf_counter()
+        ended = ctx.call(spec.func, catching=Exception, in_child=False)  # Ctrl-C stays the run's
         result = outcome(ended, ctx.warnings)
         return Verdict(spec.id, variant.id, Status(result["status"]), dict(variant.params), clean(result["message"]),
                        round(time.perf_counter() - start, 4), clean_tree(ctx.measurements),
