@@ -187,7 +187,7 @@ def execute(task: Task, next_task: Callable[[], str]) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         # a worker goes on after a probe that left its runtime up, or after the device facts (whose
-        # process the first GPU's queue adopts: the runtime init they made is the one it uses)
+        # process GPU 0's queue adopts: the runtime init they made is the one it uses)
         go_on = task.keep_alive and (worker.device is not None or bool(task.call)) and "retire" not in result
         if not go_on:
             break

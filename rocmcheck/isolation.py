@@ -15,8 +15,8 @@
   flight; so does a fail or error, and the runner re-runs that variant alone before its
   verdict counts. The next task starts a fresh worker. A task with its own environment, a
   probe with `own_child` or `fresh_interpreter`, and a fault that patches one probe's process
-  never share a worker. The device facts run first in a worker that the first GPU's queue
-  adopts, so on a real GPU the facts' runtime init is the one its probes use.
+  never share a worker. The device facts run first in a worker that GPU 0's queue adopts, so
+  on a real GPU the facts' runtime init is the one its probes use.
 """
 from __future__ import annotations
 
@@ -192,7 +192,7 @@ class Isolation:
         return task.device, whole_run
 
     def facts_worker_key(self) -> Optional[WorkerKey]:
-        """Where the device-facts task runs: a worker that the first GPU's queue then adopts
+        """Where the device-facts task runs: a worker that GPU 0's queue then adopts
         (`adopt_facts_worker`), so the runtime init the facts make is the one that GPU's tasks
         use; None (a child of its own) when a fault meets only some probes or patches a probe's
         process, since no probe's worker would then have the facts process's faults."""
@@ -202,14 +202,16 @@ class Isolation:
     def adopt_facts_worker(self, device: Optional[str]) -> None:
         """Hand the device-facts worker to `device`'s queue, or end it (`device` None; the choice
         is `devices.facts_worker_device`'s)."""
+        unwanted = []
         with self.lock:
             found = [(key, self.workers.pop(key)) for key in list(self.workers) if key[0] == FACTS_WORKER]
             for (_, whole_run), worker in found:
                 if device is not None and (device, whole_run) not in self.workers:
                     self.workers[(device, whole_run)] = worker
-                    worker = None
-                if worker is not None:
-                    self._retire(worker)
+                else:
+                    unwanted.append(worker)
+        for worker in unwanted:
+            self._retire(worker)
 
     def run_in_worker(self, task: Task, key: WorkerKey,
                       on_first_use: Optional[Callable[[float], None]] = None) -> Tuple[ChildEnd, Optional[str]]:
