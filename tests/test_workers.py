@@ -103,3 +103,21 @@ def test_a_crash_and_a_hang_in_the_middle_of_the_gate_are_one_verdict_each(isola
         {k: v["status"] for k, v in clean.items() if k not in bad}
     shared = [v for v in planted.values() if v["evidence"].get("worker_task")]
     assert len(shared) >= len(planted) - 10  # most ran in workers
+
+
+def test_which_faults_let_probes_and_the_device_facts_share_a_worker():
+    """Whole-run faults (the simulated device, an older torch's API) are a worker's own; any other
+    fault a probe meets before it starts gives it a child of its own. The device facts may share
+    GPU 0's worker only when every fault is whole-run and meets every probe."""
+    from rocmcheck import faults
+    from rocmcheck.faults import parse
+
+    assert faults.worker_faults(parse(""), "gemm") == faults.run_wide(parse("")) == frozenset()
+    assert faults.worker_faults(parse("simgpu:1,old-torch:2.4"), "gemm") == frozenset({"simgpu:1", "old-torch:2.4"})
+    assert faults.run_wide(parse("simgpu:1,old-torch:2.4")) == frozenset({"simgpu:1", "old-torch:2.4"})
+    assert faults.worker_faults(parse("simgpu:1,simgpu-copy-tail"), "transfer") is None  # patches the device first
+    assert faults.run_wide(parse("simgpu:1,simgpu-copy-tail")) is None
+    assert faults.worker_faults(parse("simgpu:1,hang@gemm"), "gemm") == frozenset({"simgpu:1"})  # acts in the probe
+    assert faults.run_wide(parse("simgpu:1,hang@gemm")) is None
+    assert faults.worker_faults(parse("simgpu:1@transfer"), "gemm") == frozenset()  # meets transfer only
+    assert faults.run_wide(parse("simgpu:1@transfer")) is None
