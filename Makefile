@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 	@if $(BIN)/python -c "import torch" 2>/dev/null; then \
 		echo "rocmcheck: reusing torch $$($(BIN)/python -c 'import torch; print(torch.__version__)'), already importable here"; \
 	else \
-		args=$$($(BIN)/python -m rocmcheck.hostgpu --no-gpu-requirement "$(TORCH_NO_GPU)" \
+		args=$$($(BIN)/python -m rocmcheck.host.hostgpu --no-gpu-requirement "$(TORCH_NO_GPU)" \
 			--no-gpu-index "$(TORCH_NO_GPU_INDEX)" \
 			$(if $(TORCH),--requirement "$(TORCH)") $(if $(TORCH_INDEX),--index "$(TORCH_INDEX)")) && \
 		echo "$(BIN)/python -m pip install -q $$args" && $(BIN)/python -m pip install -q $$args; \

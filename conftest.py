@@ -48,9 +48,9 @@ def run_probes(probe: str = "*", inject: str = "", device: str = "cpu", isolatio
                gate_only: bool = False, first_use_timeout: Optional[float] = None) -> List[dict]:
     """Run probes through the real runner (children, watchdog) and return verdict dicts."""
     from rocmcheck import registry
-    from rocmcheck.options import RunOptions, default_isolation
-    from rocmcheck.runner import Runner
-    from rocmcheck.selection import select
+    from rocmcheck.engine.options import RunOptions, default_isolation
+    from rocmcheck.engine.runner import Runner
+    from rocmcheck.engine.selection import select
 
     specs = registry.load_all(probes_path)
     variants = select(specs, [probe], keyword, gate_only=gate_only)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from rocmcheck.explain import explain
+from rocmcheck.knowledge.explain import explain
 
 LINE = "step 1234/100000 | loss 2.3412 | lr 3.0e-04 | grad_norm 0.812 | 41.2 samples/s | gfx1100\n"
 TAIL = ("[rank0]:[E321 02:07:08 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout: "

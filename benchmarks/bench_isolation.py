@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from rocmcheck import registry
-from rocmcheck.options import RunOptions
-from rocmcheck.runner import Runner
-from rocmcheck.selection import select
+from rocmcheck.engine.options import RunOptions
+from rocmcheck.engine.runner import Runner
+from rocmcheck.engine.selection import select
 
 FAKE = str(Path(__file__).resolve().parent.parent / "tests" / "fake_probes")
 
@@ -48,8 +48,8 @@ def test_isolation_overhead_per_trivial_probe(benchmark, trivial, isolation, alo
 
 
 def test_in_process_trivial_probe(benchmark, trivial):
-    from rocmcheck import child
-    from rocmcheck.task import Task
+    from rocmcheck.engine import child
+    from rocmcheck.engine.task import Task
 
     folder = tempfile.mkdtemp()
     task = Task(prefix=f"{folder}/t", timeout=30, probe=trivial.spec.id, probes_paths=[FAKE])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmcheck import nodehealth
+from rocmcheck.host import nodehealth
 
 MI300X = Path(__file__).parent.parent / "tests/fixtures/nodehealth/mi300x/sys/bus/pci/devices/0000:0c:00.0"
 ADDRESSES = [f"0000:{bus:02x}:00.0" for bus in (0x0c, 0x22, 0x38, 0x5c, 0x9f, 0xaf, 0xbf, 0xdf)]

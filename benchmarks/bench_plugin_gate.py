@@ -26,7 +26,7 @@ from typing import List
 
 import pytest
 
-from rocmcheck.storage import load_report
+from rocmcheck.outputs.storage import load_report
 
 ROUNDS = 5
 
@@ -47,8 +47,8 @@ def test_import_torch(benchmark, tmp_path: Path) -> None:
 
 def _gate_preloads() -> List[str]:
     from rocmcheck import registry
+    from rocmcheck.engine.selection import gate_variants
     from rocmcheck.model import preloads
-    from rocmcheck.selection import gate_variants
 
     return preloads(gate_variants(registry.load_all()))
 

@@ -11,7 +11,7 @@ import sys
 
 import rocmcheck
 from rocmcheck import torchapi
-from rocmcheck.hostgpu import gfx_from_kfd, gfx_from_override, gfx_major, gfx_version  # noqa: F401 - gfx_version: the tests
+from rocmcheck.host.hostgpu import gfx_from_kfd, gfx_from_override, gfx_major, gfx_version  # noqa: F401 - gfx_version: the tests
 
 CHECKS = ("hsa-override", "arch-in-wheel", "alloc-conf", "python-version", "tf32-override")
 
@@ -155,7 +155,7 @@ CHECK_FUNCS = {"hsa-override": check_hsa_override, "arch-in-wheel": check_arch_i
 
 def gather_facts(run_facts):
     """The run's device facts (gathered once per run by the runner), else this child's own."""
-    from rocmcheck.fingerprint import device_facts, env_vars, kfd_gfx_targets
+    from rocmcheck.host.fingerprint import device_facts, env_vars, kfd_gfx_targets
 
     dev = run_facts if run_facts.get("torch") else device_facts()
     return {"env": env_vars(), "kfd_gfx_targets": kfd_gfx_targets(),

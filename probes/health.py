@@ -3,12 +3,12 @@
 A node whose GPU computes right today but is failing must be drained before the job, not after:
 uncorrectable memory errors since boot, pages pending retirement, correctable errors or PCIe
 replays rising while the gate works, clocks held down at idle. The counters come from files and
-libraries (`rocmcheck.nodehealth`: amdgpu sysfs, NVML or nvidia-smi), so this probe runs in the
+libraries (`rocmcheck.host.nodehealth`: amdgpu sysfs, NVML or nvidia-smi), so this probe runs in the
 parent (`host_only`): no child, no GPU runtime, a few milliseconds per GPU. The counters are read
 once before the run's first probe (`baseline`) and again at the end of each GPU's queue.
 """
 import rocmcheck
-from rocmcheck import hostgpu, nodehealth
+from rocmcheck.host import hostgpu, nodehealth
 
 
 def device_address(ctx: rocmcheck.ProbeContext) -> str:

@@ -4,7 +4,7 @@ A CPU wheel on an AMD box, a CUDA wheel on an AMD box (or a ROCm wheel on an NVI
 container started without `--device=/dev/kfd --device=/dev/dri` or `--gpus`, a user outside
 the `render` group, a `HIP_VISIBLE_DEVICES` that hides every card: in each case
 `torch.cuda.device_count()` is 0 with at most a warning, and a gate would otherwise run its CPU
-self-test and say GO. The host's own view comes from files (`rocmcheck.hostgpu`).
+self-test and say GO. The host's own view comes from files (`rocmcheck.host.hostgpu`).
 """
 import rocmcheck
 from rocmcheck.lazy import torch
@@ -23,7 +23,7 @@ from rocmcheck.lazy import torch
 )
 def gpu_visible(ctx):
     """PCI, KFD and device nodes (read from files) against torch's build and device count."""
-    from rocmcheck import hostgpu
+    from rocmcheck.host import hostgpu
 
     host = hostgpu.read()
     facts = {"torch": torch.__version__, "hip": torch.version.hip, "cuda": torch.version.cuda,

@@ -75,7 +75,7 @@ def inventory_risks(archs, cmdline, backend):
     requires={"gpu": True},
 )
 def multigpu_inventory(ctx):
-    from rocmcheck.fingerprint import bare_arch, kernel_cmdline
+    from rocmcheck.host.fingerprint import bare_arch, kernel_cmdline
 
     kind = torch.device(ctx.device).type
     count = torchapi.device_count(kind)

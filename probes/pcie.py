@@ -4,7 +4,7 @@ A card in a Gen3 slot, behind a x4 riser or with a link that trained down after 
 runs every copy at a fraction of its speed and passes every correctness check
 (docs/failure-catalogue.md §11). The link is read from the host's own files
 (`current_link_speed`/`width` against `max_link_speed`/`width` of the GPU's PCI function,
-`rocmcheck.hostgpu.pci_device`), at the address the run's device facts give (torch's
+`rocmcheck.host.hostgpu.pci_device`), at the address the run's device facts give (torch's
 `pci_bus_id`), right after the copies below: GPUs lower their link speed when idle, and
 traffic brings it back up. A lower generation or a narrower link is `warn`, with the copy
 bandwidth beside it.
@@ -30,8 +30,9 @@ import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import rocmcheck
-from rocmcheck import hostgpu, torchapi
-from rocmcheck.hostgpu import PciGpu
+from rocmcheck import torchapi
+from rocmcheck.host import hostgpu
+from rocmcheck.host.hostgpu import PciGpu
 from rocmcheck.lazy import torch
 
 MIB = 1 << 20
@@ -143,7 +144,7 @@ def device_address(ctx: rocmcheck.ProbeContext, index: int) -> Optional[str]:
     known = next((d.get("pci_address") for d in devices if d and d.get("index") == index), None)
     if known or not ctx.on_gpu:
         return known
-    from rocmcheck.fingerprint import pci_address
+    from rocmcheck.host.fingerprint import pci_address
 
     kind = ctx.device.split(":")[0]
     return pci_address(torchapi.device_properties(f"{kind}:{index}"))

@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import rocmcheck
-from rocmcheck import hostgpu, numeric, torchapi
+from rocmcheck import numeric, torchapi
+from rocmcheck.host import hostgpu
 from rocmcheck.lazy import np, torch
 
 METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream", "d2h", "d2d")

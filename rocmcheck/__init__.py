@@ -9,6 +9,19 @@ Importing rocmcheck never imports torch. Public API:
     Skip          what ctx.skip raises when a probe does not apply (older probes raise it)
     gate          run the gate from Python; raises GateFailed on NO-GO, TorchMissing
                   where torch cannot be imported
+
+The package, from the top down (a module imports only from its own layer or below; the contracts
+are in pyproject.toml, the picture in docs/architecture.md):
+    cli/, plugin, gate_api   the front-ends: the commands, `pytest --rocm-matrix`, `rocmcheck.gate()`
+    doctor                   the workaround search the `doctor` command runs
+    engine/                  one run: options, selection, devices, the runner, isolation, verdicts
+    outputs/                 report files and every text made from a report (never imports the engine)
+    knowledge/               known issues, failure signatures, workarounds (data/), and `explain`
+    host/                    host facts read from files and the driver: GPUs, fingerprint, node health
+    registry, context, markers, faults/, simgpu/, torchapi, numeric, lazy
+                             the probe API: what a probe (probes/, shipped as rocmcheck.probes) uses
+    model, errors, jsonsafe, redact, safetext
+                             the core: the vocabulary (statuses, verdicts, exit codes), redaction
 """
 from __future__ import annotations
 

@@ -39,16 +39,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import known_issues
 from .errors import UsageError
+from .knowledge import DATA, known_issues
 from .model import DeviceInfo, Status, Variant, Verdict
-from .storage import parse_json, read_text
+from .outputs.storage import parse_json, read_text
 
 if TYPE_CHECKING:
-    from .runner import Runner
+    from .engine.runner import Runner
 
 SCHEMA = "rocmcheck-workarounds/1"
-BUILTIN_FILE = Path(__file__).parent / "data" / "workarounds.json"
+BUILTIN_FILE = DATA / "workarounds.json"
 KINDS = ("env", "params")
 FALSE_FIX_CHANCE = 0.05
 DEFAULT_REPEATS = 3

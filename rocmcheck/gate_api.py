@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Iterable, List, Optional
 
 from . import registry
+from .engine.options import Given, RunOptions
+from .engine.runner import Runner
+from .engine.selection import gate_variants
 from .errors import GateFailed
 from .model import Verdict
-from .options import Given, RunOptions
-from .render import failing_line, markdown_report
-from .runner import Runner
-from .selection import gate_variants
+from .outputs.render import failing_line, markdown_report
 
 
 def _gpu_already_initialised() -> bool:

@@ -2,7 +2,7 @@
 
 One task, one prefix in the run's scratch folder:
 
-- `.task`: the task itself (`rocmcheck.task.Task`, JSON), written by the parent.
+- `.task`: the task itself (`rocmcheck.engine.task.Task`, JSON), written by the parent.
 - `.started`: touched by the child once its interpreter, `import torch` and GPU runtime are
   up; the task's timeout runs from its mtime.
 - `.started.first-use`: exists while the probe is inside `ctx.first_use()`; that time is

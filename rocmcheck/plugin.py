@@ -32,9 +32,9 @@ except ImportError:  # Windows
 import pytest
 
 if TYPE_CHECKING:
+    from .engine.options import RunOptions
+    from .engine.runner import Runner
     from .model import Variant, Verdict
-    from .options import RunOptions
-    from .runner import Runner
 
 GROUP = "rocmcheck"
 XDIST_GROUP = "rocmcheck"
@@ -51,7 +51,7 @@ MATRIX_HELP = ("run every rocmcheck probe variant as a test item; write the matr
                "(default reports/). Write --rocm-matrix=DIR: a bare `--rocm-matrix DIR` also takes DIR")
 HTML_HELP = "with --rocm-matrix: also write the run's matrix as one self-contained HTML page to FILE"
 SHARED = ("device", "timeout", "first_use_timeout", "isolation", "probes_path", "gate_only", "baseline",
-          "inject")  # rocmcheck.options
+          "inject")  # rocmcheck.engine.options
 
 KEY = pytest.StashKey["MatrixPlugin"]()
 
@@ -61,7 +61,7 @@ class RocmcheckWarning(UserWarning):
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from .options import add_to_pytest
+    from .engine.options import add_to_pytest
 
     group = parser.getgroup(GROUP, "rocmcheck: GPU probes as test items")
     group.addoption("--rocm-matrix", dest="rocm_matrix", nargs="?", const="reports", default=None,
@@ -111,7 +111,7 @@ def read_settings(config: pytest.Config) -> Settings:
     """Every setting, checked now (the run's in `RunOptions.build`): a bad value is a usage error
     before any probe runs. Paths on the command line are relative to where pytest was started,
     those of the ini file to its folder."""
-    from .options import OPTIONS, Given, RunOptions
+    from .engine.options import OPTIONS, Given, RunOptions
 
     here = config.invocation_params.dir
     given = {name: config.getoption(f"rocm_{name}") for name in SHARED}
@@ -169,7 +169,7 @@ class ProbeItem(pytest.Item):
 
 def verdict_properties(verdict: "Verdict") -> List[Tuple[str, str]]:
     """JSON-able properties: they survive xdist and land in --junitxml as <property>."""
-    from .storage import dumps
+    from .outputs.storage import dumps
 
     return [("rocmcheck_status", verdict.status.value), ("rocmcheck_verdict", dumps(verdict.to_dict()))]
 
@@ -177,7 +177,7 @@ def verdict_properties(verdict: "Verdict") -> List[Tuple[str, str]]:
 def failure_text(verdict: "Verdict", baseline: Optional[str], has_baseline: bool) -> str:
     """The failure report: the verdict line, its evidence and any known workaround."""
     from .model import EVIDENCE_TAILS
-    from .render import failing_line, known_issue_lines
+    from .outputs.render import failing_line, known_issue_lines
 
     lines = [failing_line(verdict.to_dict())]
     if has_baseline:
@@ -204,7 +204,7 @@ class MatrixPlugin:
 
     def __init__(self, config: pytest.Config, settings: Settings):
         from . import registry
-        from .selection import select
+        from .engine.selection import select
 
         self.config = config
         self.settings = settings
@@ -220,8 +220,8 @@ class MatrixPlugin:
         self.baseline: Optional[Dict[str, Any]] = None
         self.baseline_statuses: Dict[str, str] = {}
         if settings.baseline is not None:
-            from .diff import statuses
-            from .storage import load_report
+            from .outputs.diff import statuses
+            from .outputs.storage import load_report
 
             self.baseline = load_report(settings.baseline)
             self.baseline_statuses = statuses(self.baseline, str(settings.baseline))
@@ -267,9 +267,9 @@ class MatrixPlugin:
         """The session's Runner, started on first use: launcher up, device resolved, journal open."""
         if self.runner is not None:
             return self.runner
+        from .engine.runner import Runner
         from .errors import TorchMissing, UsageError
-        from .render import markdown_report
-        from .runner import Runner
+        from .outputs.render import markdown_report
 
         runner = Runner(self.settings.options, markdown=markdown_report)
         try:
@@ -313,8 +313,8 @@ class MatrixPlugin:
 
     def judge(self, verdict: "Verdict") -> None:
         """Map the verdict to the item's outcome; with a baseline only regressions fail."""
-        from .diff import classify
         from .model import Status
+        from .outputs.diff import classify
 
         status = verdict.status
         if status is Status.SKIP:
@@ -348,7 +348,7 @@ class MatrixPlugin:
         self.runner = None
         self.files = [str(paths[kind]) for kind in ("json", "md", "jsonl")]
         if self.is_worker:
-            from .storage import report_json
+            from .outputs.storage import report_json
 
             session.config.workeroutput[WORKER_REPORT] = report_json(self.report)  # type: ignore[attr-defined]
             session.config.workeroutput[WORKER_FILES] = self.files  # type: ignore[attr-defined]
@@ -374,9 +374,9 @@ class MatrixPlugin:
         if self.report is None or self.is_worker:
             return  # no probe ran (deselected, --collect-only), or an xdist worker: the controller prints
         if self.settings.html is not None:
-            from .matrix import build
-            from .matrix_html import html_page
-            from .storage import write_atomic
+            from .outputs.matrix import build
+            from .outputs.matrix_html import html_page
+            from .outputs.storage import write_atomic
 
             write_atomic(self.settings.html, html_page(build([(self.files[0], self.report)])))
             self.files.append(str(self.settings.html))
@@ -385,7 +385,7 @@ class MatrixPlugin:
             terminalreporter.write_line(line)
 
     def summary_lines(self, report: Dict[str, Any]) -> List[str]:
-        from .render import known_issue_lines, terminal_matrix
+        from .outputs.render import known_issue_lines, terminal_matrix
 
         lines = terminal_matrix(report).splitlines()
         lines += [f"note: {note}" for note in report["run"].get("notes") or []]
@@ -393,7 +393,7 @@ class MatrixPlugin:
             if v.get("known_issues"):
                 lines += [f"{v['status'].upper()} {v['variant']}:", *known_issue_lines(v)]
         if self.baseline is not None:
-            from .diff import compare
+            from .outputs.diff import compare
 
             result = compare(self.baseline, report, names=(str(self.settings.baseline), "this run"))
             lines.append(f"against the baseline {self.settings.baseline}: {result.counts_line()}")

@@ -58,7 +58,7 @@ def probe(
     `env(params)` returns variables set in that variant's child before it imports torch
     (the child is then a fresh interpreter); they are recorded in the verdict.
     Variants run one after another in a worker child per device, which puts back the settings a
-    probe may change (`rocmcheck.probe_state`); `own_child=True` gives each variant a child of
+    probe may change (`rocmcheck.engine.probe_state`); `own_child=True` gives each variant a child of
     its own instead, for a probe that changes what cannot be put back (a process group, a
     compile cache, threads), as `fresh_interpreter` and `env` do.
     `preload` names modules the zygote imports once when this probe is selected (an import

@@ -82,7 +82,7 @@ def test_first_use_has_its_own_limit_when_given(rocm_run, budget_probes):
 
 
 def test_the_default_limits_are_bounded_and_sized_for_a_cold_cache():
-    from rocmcheck import options, watchdog
+    from rocmcheck.engine import options, watchdog
 
     # MIOpen's first convolution took 63 s on a cold cache; 600 s let a hang in first use stall a gate
     assert 63 < options.FIRST_USE_LIMIT_S <= 120 and 63 < watchdog.STARTUP_LIMIT_S <= 120

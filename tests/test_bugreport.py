@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rocmcheck import bugreport
 from rocmcheck.cli import main
-from rocmcheck.storage import SCHEMA, load_report
+from rocmcheck.outputs import bugreport
+from rocmcheck.outputs.storage import SCHEMA, load_report
 
 HF = "hf_" + "abcdefghij" * 3 + "WXYZ"
 
@@ -171,7 +171,7 @@ def test_without_from_it_reports_the_newest_complete_run_and_says_so(tmp_path, m
     and the bug report's own JSON twin are not."""
     import os
 
-    from rocmcheck import runner
+    from rocmcheck.engine import runner
 
     out = tmp_path / "reports"
     out.mkdir()

@@ -146,7 +146,8 @@ def test_bad_input_fails_in_one_line_before_any_probe_runs(tmp_path, monkeypatch
     """Issue 21, section 7: each is a one-line error and exit 2, before a runner exists, leaving no file."""
     from fnmatch import fnmatch
 
-    from rocmcheck import cli, runner
+    from rocmcheck import cli
+    from rocmcheck.engine import runner
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a-file").write_text("mine\n")
@@ -167,7 +168,7 @@ def test_bad_input_fails_in_one_line_before_any_probe_runs(tmp_path, monkeypatch
 
 
 def test_a_file_may_go_in_the_out_dir_the_run_creates(tmp_path):
-    from rocmcheck.options import check_outputs
+    from rocmcheck.engine.options import check_outputs
 
     new, attach = tmp_path / "reports", tmp_path / "attach"
     check_outputs({"--out-dir": new, "-o": attach}, {"--json": new / "run.json", "-o": attach / "bug.md"})

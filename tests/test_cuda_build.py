@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not torch.version.cuda, reason="needs a CUDA bui
 
 
 def test_build_facts_are_torchs_own():
-    from rocmcheck import fingerprint
+    from rocmcheck.host import fingerprint
 
     facts = fingerprint.device_facts()
     assert facts["cuda"] == torch.version.cuda and facts["backend"] == "cpu" and facts["device_count"] == 0

@@ -6,9 +6,9 @@ import json
 from types import SimpleNamespace
 
 from conftest import make_host
-from rocmcheck import fingerprint, hostgpu
 from rocmcheck.cli import main
 from rocmcheck.cli.env import inventory_rows
+from rocmcheck.host import fingerprint, hostgpu
 
 # the runtime lines of torch._C._show_config() on a ROCm 6.4 build (the rest of the text elided)
 ROCM_SHOW_CONFIG = """PyTorch built with:

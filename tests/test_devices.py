@@ -1,12 +1,12 @@
-"""Which devices a run tests (`rocmcheck.devices`): `--device` against made-up device facts and
+"""Which devices a run tests (`rocmcheck.engine.devices`): `--device` against made-up device facts and
 host inventories, no child and no torch."""
 from __future__ import annotations
 
 import pytest
 
-from rocmcheck import devices
+from rocmcheck.engine import devices
 from rocmcheck.errors import UsageError
-from rocmcheck.hostgpu import HostGpus
+from rocmcheck.host.hostgpu import HostGpus
 from rocmcheck.model import DeviceInfo
 
 NO_GPU = HostGpus()

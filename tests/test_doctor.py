@@ -13,10 +13,11 @@ import textwrap
 
 import pytest
 
-from rocmcheck import doctor, known_issues, registry
+from rocmcheck import doctor, registry
 from rocmcheck.cli import main
+from rocmcheck.knowledge import known_issues
 from rocmcheck.model import DeviceInfo, Status, Verdict
-from rocmcheck.storage import load_report
+from rocmcheck.outputs.storage import load_report
 
 FAKES = '''
 import os
@@ -286,8 +287,8 @@ def test_the_attempt_running_stays_named_when_an_interrupt_ends_it():
     """Doctor names each attempt through `Runner.running`: the report of an interrupted run says which."""
     import shutil
 
-    from rocmcheck.options import RunOptions
-    from rocmcheck.runner import Runner
+    from rocmcheck.engine.options import RunOptions
+    from rocmcheck.engine.runner import Runner
 
     runner = Runner(RunOptions(write_files=False))
     try:

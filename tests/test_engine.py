@@ -13,18 +13,20 @@ from pathlib import Path
 import pytest
 
 from conftest import probes_in_tree
-from rocmcheck import known_issues, registry
-from rocmcheck.capture import TASK_END, OutputDrain
+from rocmcheck import registry
+from rocmcheck.engine.capture import TASK_END, OutputDrain
+from rocmcheck.engine.exitcodes import describe
+from rocmcheck.engine.isolation import Isolation
+from rocmcheck.engine.launch import ChildProcess, SpawnLauncher
+from rocmcheck.engine.selection import keyword_matcher, select
+from rocmcheck.engine.watchdog import supervise
 from rocmcheck.errors import UsageError
-from rocmcheck.exitcodes import describe, signatures
 from rocmcheck.faults import parse as parse_faults
-from rocmcheck.isolation import Isolation
-from rocmcheck.launch import ChildProcess, SpawnLauncher
+from rocmcheck.knowledge import known_issues
+from rocmcheck.knowledge.signatures import signatures
 from rocmcheck.markers import TaskFiles
 from rocmcheck.model import DeviceInfo, Requires, Status, Verdict, expand_variants, variant_id
-from rocmcheck.selection import keyword_matcher, select
-from rocmcheck.storage import SCHEMA, Journal, load_report, report_json, write_atomic
-from rocmcheck.watchdog import supervise
+from rocmcheck.outputs.storage import SCHEMA, Journal, load_report, report_json, write_atomic
 
 FAKE = str(Path(__file__).parent / "fake_probes")
 
@@ -264,8 +266,8 @@ def test_a_broken_user_known_issues_file_is_a_usage_error(tmp_path, monkeypatch)
 
 
 def test_zygote_child_that_cannot_init_the_gpu_falls_back_to_spawn(monkeypatch):
-    from rocmcheck.options import RunOptions
-    from rocmcheck.runner import Runner
+    from rocmcheck.engine.options import RunOptions
+    from rocmcheck.engine.runner import Runner
 
     monkeypatch.setattr(Runner, "resolve_device", lambda self: setattr(self, "device", DeviceInfo()))
     variants = select(registry.load_all([FAKE]), ["fake-pass", "fake-warn"])
@@ -278,9 +280,9 @@ def test_zygote_child_that_cannot_init_the_gpu_falls_back_to_spawn(monkeypatch):
 
 
 def test_unkillable_child_is_abandoned_and_later_gpu_probes_skip(monkeypatch):
-    from rocmcheck import isolation as isolation_mod
-    from rocmcheck.options import RunOptions
-    from rocmcheck.runner import Runner
+    from rocmcheck.engine import isolation as isolation_mod
+    from rocmcheck.engine.options import RunOptions
+    from rocmcheck.engine.runner import Runner
 
     real = isolation_mod.supervise
 
@@ -365,8 +367,8 @@ def test_a_probes_preload_is_imported_before_it_runs_and_only_when_selected(rocm
 
 
 def test_device_that_is_not_present_is_a_usage_error():
-    from rocmcheck.options import RunOptions
-    from rocmcheck.runner import Runner
+    from rocmcheck.engine.options import RunOptions
+    from rocmcheck.engine.runner import Runner
 
     with pytest.raises(UsageError, match="device cuda:3 is not present"):
         Runner(RunOptions(device="cuda:3", write_files=False)).run([])
@@ -386,7 +388,7 @@ def test_an_interrupted_gate_in_python_is_no_verdict_not_no_go(monkeypatch):
 def test_long_first_use_is_reported_as_it_goes_and_counted_in_the_duration(tmp_path, monkeypatch):
     """compile's duration read 0.19 s for 72 s with nothing printed meanwhile: the duration is
     wall time, first use included, and each FIRST_USE_PROGRESS_S of first use is said."""
-    from rocmcheck import watchdog
+    from rocmcheck.engine import watchdog
 
     monkeypatch.setattr(watchdog, "FIRST_USE_PROGRESS_S", 0.4)
     files = TaskFiles(str(tmp_path / "task"))

@@ -19,10 +19,11 @@ except ImportError:  # pragma: no cover - older Python
 
 import pytest
 
-from rocmcheck import hostgpu, known_issues
 from rocmcheck.cli import main
-from rocmcheck.exitcodes import SIGNATURES, signatures
-from rocmcheck.explain import explain, recognise, stated_facts
+from rocmcheck.host import hostgpu
+from rocmcheck.knowledge import known_issues
+from rocmcheck.knowledge.explain import explain, recognise, stated_facts
+from rocmcheck.knowledge.signatures import SIGNATURES, signatures
 from rocmcheck.model import Status, Verdict
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "real_reports.json").read_text())["reports"]
@@ -285,7 +286,7 @@ def test_gate_names_hip_no_binary_and_the_fix_when_the_runtime_aborts(fake_host,
 
 
 def test_report_log_puts_the_recognised_excerpt_and_issue_in_the_attachment(tmp_path, capsys):
-    from rocmcheck.storage import SCHEMA
+    from rocmcheck.outputs.storage import SCHEMA
 
     run = tmp_path / "run.json"
     run.write_text(json.dumps({"schema": SCHEMA, "schema_version": "1.3", "run": {"id": "r1", "device": "cpu"},

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from conftest import by_variant
-from rocmcheck import node
 from rocmcheck.cli import main
-from rocmcheck.storage import SCHEMA, SCHEMA_VERSION, report_json
+from rocmcheck.outputs import node
+from rocmcheck.outputs.storage import SCHEMA, SCHEMA_VERSION, report_json
 
 
 def _stdout_document(capsys) -> dict:

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from conftest import make_host
-from rocmcheck import hostgpu
 from rocmcheck.cli import main
+from rocmcheck.host import hostgpu
 
 CPU_TORCH = {"torch": "2.13.0+cpu", "hip": None, "cuda": None, "device_count": 0}
 ROCM_TORCH = {"torch": "2.13.0+rocm6.4", "hip": "6.4.43482", "cuda": None, "device_count": 0}
@@ -118,11 +118,11 @@ def test_a_user_outside_the_video_group_on_nvidia(tmp_path):
 
 def test_module_prints_the_pip_arguments_for_make(tmp_path):
     env = {"ROCMCHECK_HOST_ROOT": str(make_host(tmp_path, amd=1)), "PATH": "/usr/bin:/bin"}
-    run = subprocess.run([sys.executable, "-m", "rocmcheck.hostgpu", "--no-gpu-requirement", "torch==2.13.0"],
+    run = subprocess.run([sys.executable, "-m", "rocmcheck.host.hostgpu", "--no-gpu-requirement", "torch==2.13.0"],
                          capture_output=True, text=True, env=env, check=True)
     assert run.stdout.split() == ["torch", "--index-url", hostgpu.ROCM_INDEX]
     assert "rocm build, because this host has 1 AMD GPU" in run.stderr
-    run = subprocess.run([sys.executable, "-m", "rocmcheck.hostgpu", "--requirement", "torch==2.9.1", "--index",
+    run = subprocess.run([sys.executable, "-m", "rocmcheck.host.hostgpu", "--requirement", "torch==2.9.1", "--index",
                           "https://example.invalid/rocm"], capture_output=True, text=True, env=env, check=True)
     assert run.stdout.split() == ["torch==2.9.1", "--index-url", "https://example.invalid/rocm"]
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 
 from conftest import FAKE_PROBES as FAKE
-from rocmcheck import kernellog, registry
-from rocmcheck.isolation import Isolation
-from rocmcheck.launch import SpawnLauncher
+from rocmcheck import registry
+from rocmcheck.engine.isolation import Isolation
+from rocmcheck.engine.launch import SpawnLauncher
+from rocmcheck.engine.selection import select
+from rocmcheck.host import kernellog
 from rocmcheck.model import DeviceInfo
-from rocmcheck.selection import select
 
 # Real formats: NVIDIA's Xid catalogue (https://docs.nvidia.com/deploy/xid-errors/index.html),
 # amdgpu page faults (https://github.com/ROCm/TheRock/issues/1271, https://github.com/ROCm/amdgpu/issues/172),
@@ -57,8 +58,8 @@ def test_unreadable_log_is_said_in_the_evidence(monkeypatch, tmp_path):
 
 
 def _run_on_a_gpu(monkeypatch, probes):
-    from rocmcheck.options import RunOptions
-    from rocmcheck.runner import Runner
+    from rocmcheck.engine.options import RunOptions
+    from rocmcheck.engine.runner import Runner
 
     monkeypatch.setattr(Runner, "resolve_device",
                         lambda self: setattr(self, "device", DeviceInfo("cuda:0", "rocm", 1, "gfx1100")))

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rocmcheck import bugreport
 from rocmcheck.cli import main
 from rocmcheck.errors import UsageError
 from rocmcheck.model import Status, Verdict
-from rocmcheck.storage import SCHEMA, load_report
+from rocmcheck.outputs import bugreport
+from rocmcheck.outputs.storage import SCHEMA, load_report
 
 SCALARS = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
            | st.text(max_size=20))
@@ -183,7 +183,7 @@ def test_loader_regressions_found_by_fuzzing(suffix, text):
     report, error = load_bytes(text.encode(), suffix)
     if report is not None:
         assert_usable(report)
-        from rocmcheck.fingerprint import summary
+        from rocmcheck.host.fingerprint import summary
         summary(report["fingerprint"])
     else:
         assert "schema version" in str(error)

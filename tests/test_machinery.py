@@ -19,13 +19,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rocmcheck import devices, registry
-from rocmcheck.launch import ChildProcess
+from rocmcheck import registry
+from rocmcheck.engine import devices
+from rocmcheck.engine.launch import ChildProcess
+from rocmcheck.engine.options import RunOptions
+from rocmcheck.engine.runner import Runner
+from rocmcheck.engine.selection import select
 from rocmcheck.model import DeviceInfo
-from rocmcheck.options import RunOptions
-from rocmcheck.render import markdown_report
-from rocmcheck.runner import Runner
-from rocmcheck.selection import select
+from rocmcheck.outputs.render import markdown_report
 
 FAKE = str(Path(__file__).parent / "fake_probes")
 
@@ -151,7 +152,7 @@ def test_standby_killed_as_its_task_is_handed_over_runs_the_task_again(tmp_path,
     """The OOM killer's SIGKILL can land between the standby's liveness check and its reading
     the task: the task never began, so it runs again in a fresh interpreter, noted, not a
     crash. A SIGSEGV there is a crash of the child's own (GPU runtime init), and stays one."""
-    from rocmcheck.launch import SpawnLauncher
+    from rocmcheck.engine.launch import SpawnLauncher
 
     real, killed = SpawnLauncher._hand_over, []
 
@@ -207,8 +208,8 @@ def test_daemons_are_killed_when_their_probe_ends_and_named(tmp_path, isolation,
 
 
 def test_only_processes_carrying_the_childs_token_are_matched():
-    from rocmcheck.launch import new_token, pids_now
-    from rocmcheck.proctree import TOKEN_ENV, leftovers
+    from rocmcheck.engine.launch import new_token, pids_now
+    from rocmcheck.engine.proctree import TOKEN_ENV, leftovers
 
     ended = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
     ended.wait()
@@ -277,7 +278,7 @@ class SlowTeardown(ChildProcess):
 @pytest.fixture
 def fake_gpu(monkeypatch):
     """The runner believes it drives cuda:0; its children run on the CPU; killed children die slowly."""
-    from rocmcheck import isolation as isolation_mod
+    from rocmcheck.engine import isolation as isolation_mod
 
     real_task, real_supervise = Runner._task, isolation_mod.supervise
     monkeypatch.setattr(Runner, "resolve_device", lambda self: setattr(self, "device", DeviceInfo("cuda:0", "rocm", 1)))
@@ -368,7 +369,7 @@ def test_hostile_text_reaches_every_output_safe(tmp_path_factory, payloads):
     the JSON, Markdown, journal, terminal and junit XML all parse and hold nothing raw."""
     import xml.etree.ElementTree as ET
 
-    from rocmcheck.render import verdict_line
+    from rocmcheck.outputs.render import verdict_line
 
     tmp = tmp_path_factory.mktemp("text")
     for kind, (text, raw) in zip(("fail", "warn", "error", "pass"), payloads):

@@ -16,8 +16,8 @@ from typing import Dict, Optional
 import pytest
 
 from rocmcheck.cli import main
-from rocmcheck.diff import classify, compare
-from rocmcheck.storage import SCHEMA, SCHEMA_VERSION, report_json
+from rocmcheck.outputs.diff import classify, compare
+from rocmcheck.outputs.storage import SCHEMA, SCHEMA_VERSION, report_json
 
 GFX1100 = {"device": {"name": "cuda:0", "arch": "gfx1100"}, "host": {"system": "Linux"},
            "device_facts": {"backend": "rocm", "rocm": "6.4.1", "torch": "2.9.0"}}
@@ -300,7 +300,7 @@ def test_verdict_fields_of_a_foreign_type_are_dropped_by_the_loader_not_a_crash(
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "transfer[to]" in out.out and "FAIL" in out.out
-    from rocmcheck.storage import load_report
+    from rocmcheck.outputs.storage import load_report
 
     (verdict,) = load_report(tmp_path / "foreign.json")["verdicts"]
     assert "duration_s" not in verdict and "message" not in verdict

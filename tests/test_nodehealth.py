@@ -12,7 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rocmcheck import node, nodehealth
+from rocmcheck.host import nodehealth
+from rocmcheck.outputs import node
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nodehealth"
 CARDS = {"mi250x": "0000:c1:00.0", "mi300x": "0000:0c:00.0", "rx7900xtx": "0000:03:00.0"}
@@ -240,7 +241,8 @@ def test_a_hung_nvml_is_left_behind_and_nvidia_smi_asked_instead(monkeypatch, tm
 
 
 def test_no_torch_reproducer_is_made_for_the_driver_counters():
-    from rocmcheck import registry, repro
+    from rocmcheck import registry
+    from rocmcheck.outputs import repro
 
     spec = registry.load_all()["node-health"]
     with pytest.raises(repro.ReproError, match="reads the driver's files, not torch: `rocmcheck env`"):

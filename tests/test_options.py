@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rocmcheck import faults
+from rocmcheck.engine.options import Given, RunOptions
 from rocmcheck.errors import UsageError
-from rocmcheck.options import Given, RunOptions
 
 FAKE = str(Path(__file__).parent / "fake_probes")
 PYTEST = "--rocm-{dashed}"

@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rocmcheck.storage import Journal, load_report, write_atomic
+from rocmcheck.outputs.storage import Journal, load_report, write_atomic
 
 FAKE = str(Path(__file__).parent / "fake_probes")
 GATE = ["gate", "--device", "cpu", "--probes-path", FAKE]
@@ -173,7 +173,7 @@ def test_sigterm_while_the_isolation_server_starts_leaves_no_process(tmp_path):
     server = []
 
     def server_started() -> bool:
-        server.extend(p for p in ours(proc) if "rocmcheck.zygote" in cmdline(p))
+        server.extend(p for p in ours(proc) if "rocmcheck.engine.zygote" in cmdline(p))
         return bool(server)
 
     wait_for(server_started, proc, "the isolation server never started")
@@ -252,8 +252,8 @@ def test_a_posix_locale_lists_the_probes():
 
 def test_run_ids_differ_for_the_same_pid_and_second(monkeypatch):
     """Two containers whose entrypoint is PID 1, started in the same second."""
-    from rocmcheck.options import RunOptions
-    from rocmcheck.runner import Runner
+    from rocmcheck.engine.options import RunOptions
+    from rocmcheck.engine.runner import Runner
 
     monkeypatch.setattr(os, "getpid", lambda: 1)
     monkeypatch.setattr(time, "strftime", lambda fmt, *args: "20261124-120000")

@@ -44,8 +44,9 @@ def test_wheel_holds_exactly_the_package_tree(wheel):
     tree = tree_files()
     assert not tree - in_wheel, f"missing from the wheel: {sorted(tree - in_wheel)}"
     assert not in_wheel - tree, f"in the wheel but not in the tree: {sorted(in_wheel - tree)}"
-    assert {"rocmcheck/faults/data.py", "rocmcheck/probes/device.py", "rocmcheck/data/known_issues/core.json",
-            "rocmcheck/data/workarounds.json", "rocmcheck/py.typed", "rocmcheck/simgpu/simgpu.cpp"} <= in_wheel
+    assert {"rocmcheck/faults/data.py", "rocmcheck/probes/device.py", "rocmcheck/knowledge/data/known_issues/core.json",
+            "rocmcheck/knowledge/data/workarounds.json", "rocmcheck/py.typed",
+            "rocmcheck/simgpu/simgpu.cpp"} <= in_wheel
     assert not any(n.startswith("probes/") for n in in_wheel)  # no generic top-level name
 
 

@@ -17,7 +17,7 @@ from typing import Dict
 
 import pytest
 
-from rocmcheck.storage import SCHEMA, SCHEMA_VERSION, load_report
+from rocmcheck.outputs.storage import SCHEMA, SCHEMA_VERSION, load_report
 
 FAKE_PROBES = '''
 import os, signal, time
@@ -92,7 +92,8 @@ def test_inert_without_the_flag(pytester: pytest.Pytester) -> None:
             assert pytestconfig.pluginmanager.get_plugin("rocmcheck-matrix") is None
             assert "torch" not in sys.modules
             loaded = {m for m in sys.modules if m.startswith("rocmcheck")}  # in every pytest run: almost nothing
-            assert loaded == {"rocmcheck", "rocmcheck.errors", "rocmcheck.plugin", "rocmcheck.options"}, loaded
+            assert loaded == {"rocmcheck", "rocmcheck.errors", "rocmcheck.plugin", "rocmcheck.engine",
+                              "rocmcheck.engine.options"}, loaded
     """)
     result = run(pytester)
     result.assert_outcomes(passed=1)

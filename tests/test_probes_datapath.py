@@ -136,10 +136,11 @@ def test_list_shows_every_variant_with_its_profile():
 
 
 def test_known_issues_name_our_probes_and_match_their_failures():
-    from rocmcheck import known_issues, registry
+    from rocmcheck import registry
+    from rocmcheck.knowledge import known_issues
     from rocmcheck.model import Status, Verdict
 
-    data = json.loads((ROOT / "rocmcheck/data/known_issues/datapath.json").read_text())
+    data = json.loads((ROOT / "rocmcheck/knowledge/data/known_issues/datapath.json").read_text())
     specs = registry.load_all()
     for entry in data["issues"]:
         assert entry["probe"] in OUR_PROBES and entry["links"] and entry["workaround"], entry["id"]

@@ -67,7 +67,7 @@ def test_library_imports_fail_crash_error_skip_and_pass_each_in_its_own_child(ro
     ("module 'torch.nn.attention' has no attribute 'sdpa_kernel'", "library-needs-newer-torch"),
 ])
 def test_a_missing_torch_name_matches_one_known_issue(message, expected):
-    from rocmcheck import known_issues
+    from rocmcheck.knowledge import known_issues
     from rocmcheck.model import Status, Verdict
 
     verdict = Verdict("library-imports", "library-imports[x]", Status.FAIL, message=f"import x failed: {message}")

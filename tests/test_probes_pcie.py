@@ -60,7 +60,7 @@ def test_device_events_time_gpu_copies_and_the_wall_clock_cpu_ones():
 ])
 def test_link_verdict_compares_speed_and_width_with_the_maximum(tmp_path, link, ok, words):
     from conftest import make_host
-    from rocmcheck import hostgpu
+    from rocmcheck.host import hostgpu
 
     root = make_host(tmp_path, nvidia=1, link=link)
     got, message = probe_module("pcie").link_verdict(hostgpu.pci_device("03:00.0", root))

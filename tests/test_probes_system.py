@@ -309,7 +309,7 @@ def test_reserved_memory_growing_every_cycle_fails(fake_gpu):
 
 
 def _known_issue_ids(probe, status, message, backend=None):
-    from rocmcheck import known_issues
+    from rocmcheck.knowledge import known_issues
     from rocmcheck.model import Status, Verdict
 
     fingerprint = {"device_facts": {"backend": backend}} if backend else {}

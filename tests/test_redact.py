@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rocmcheck.fingerprint import env_vars
+from rocmcheck.host.fingerprint import env_vars
 from rocmcheck.redact import REDACTED, Redactor, gpu_env_name
 from rocmcheck.safetext import TEXT_LIMIT_CHARS, clean
 

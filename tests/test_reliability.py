@@ -50,9 +50,9 @@ BATCH = "fake-[a-o]*"  # with the three below: all but fake-skip and fake-sleep 
 def batch(request, tmp_path_factory):
     """All reliability cases in one run per isolation mode (one torch import, not twenty)."""
     from rocmcheck import registry
-    from rocmcheck.options import RunOptions
-    from rocmcheck.runner import Runner
-    from rocmcheck.selection import select
+    from rocmcheck.engine.options import RunOptions
+    from rocmcheck.engine.runner import Runner
+    from rocmcheck.engine.selection import select
 
     folder = tmp_path_factory.mktemp(f"pids-{request.param}")
     old = os.environ.get("ROCMCHECK_TEST_PIDDIR")
@@ -186,7 +186,7 @@ def _wait_for_started(out: Path, variant: str, proc: subprocess.Popen, timeout: 
 
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
 def test_interrupt_writes_partial_report_and_kills_the_tree(tmp_path, isolation, piddir, how):
-    from rocmcheck.storage import load_report
+    from rocmcheck.outputs.storage import load_report
 
     proc = _start_cli_run(tmp_path, isolation)
     journal = _wait_for_started(tmp_path / "out", "fake-sleep", proc)
@@ -205,7 +205,7 @@ def test_interrupt_writes_partial_report_and_kills_the_tree(tmp_path, isolation,
 
 
 def test_parent_sigkill_leaves_a_readable_journal_and_no_orphans(tmp_path, isolation, piddir):
-    from rocmcheck.storage import load_report
+    from rocmcheck.outputs.storage import load_report
 
     proc = _start_cli_run(tmp_path, isolation)
     journal = _wait_for_started(tmp_path / "out", "fake-sleep", proc)

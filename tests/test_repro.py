@@ -18,10 +18,12 @@ from typing import Dict, List, Optional
 import pytest
 
 from conftest import isolated_env, linked_venv
-from rocmcheck import bugreport, fingerprint, registry, repro
+from rocmcheck import registry
+from rocmcheck.engine.options import RunOptions
+from rocmcheck.engine.runner import Runner
+from rocmcheck.host import fingerprint
 from rocmcheck.model import Status, Verdict, variant_id
-from rocmcheck.options import RunOptions
-from rocmcheck.runner import Runner
+from rocmcheck.outputs import bugreport, repro
 
 FAKE_PROBES = '''
 import os
@@ -264,12 +266,12 @@ def test_probe_using_a_name_the_stand_in_lacks_gets_a_reason_not_a_broken_script
 
 def test_helper_modules_are_followed_transitively(tmp_path):
     probe = tmp_path / "uses_faults.py"
-    probe.write_text("from rocmcheck.faults.data import patch\nimport rocmcheck.fingerprint\n")
+    probe.write_text("from rocmcheck.faults.data import patch\nimport rocmcheck.host.fingerprint\n")
     names = set(repro.embedded_sources("rocmcheck_userprobes_x.uses_faults", probe))
     # faults.data -> its package rocmcheck.faults -> ..errors; fingerprint -> .redact
-    assert {"rocmcheck.faults", "rocmcheck.faults.data", "rocmcheck.errors", "rocmcheck.fingerprint",
+    assert {"rocmcheck.faults", "rocmcheck.faults.data", "rocmcheck.errors", "rocmcheck.host.fingerprint",
             "rocmcheck.redact", "rocmcheck.context"} <= names
-    assert not {"rocmcheck.runner", "rocmcheck.cli"} & names
+    assert not {"rocmcheck.engine.runner", "rocmcheck.cli"} & names
     assert variant_id("p", {"a": (1, 2)}) == "p[(1, 2)]"
 
 

@@ -131,7 +131,7 @@ def test_a_healthy_node_of_two_simulated_gpus_is_go(tmp_path, simgpu_built):
 
 
 def test_the_device_option_names_simulated_gpus():
-    from rocmcheck import options
+    from rocmcheck.engine import options
 
     assert options.device("simgpu:1,0,1") == "simgpu:1,0"
     with pytest.raises(ValueError, match="not 'simgpu:x'"):
@@ -164,9 +164,9 @@ def test_the_device_facts_process_becomes_the_gpus_worker_but_never_a_cpu_runs(s
     """On a GPU the facts' process runs the probes next (its runtime init is theirs); a CPU run on a
     host whose GPU the facts initialised gets a worker that never touched it."""
     from rocmcheck import registry
-    from rocmcheck.options import RunOptions
-    from rocmcheck.runner import Runner
-    from rocmcheck.selection import select
+    from rocmcheck.engine.options import RunOptions
+    from rocmcheck.engine.runner import Runner
+    from rocmcheck.engine.selection import select
 
     fake = str(Path(__file__).parent / "fake_probes")
     variants = select(registry.load_all([fake]), ["fake-w-current-gpu"])
@@ -180,9 +180,9 @@ def test_a_worker_makes_its_own_gpu_current_again(simgpu_built):
     """A probe that makes another GPU current (Accelerate's placement does) must not move the
     next task of its worker: the worker puts its GPU back, and says so."""
     from rocmcheck import registry
-    from rocmcheck.options import RunOptions
-    from rocmcheck.runner import Runner
-    from rocmcheck.selection import select
+    from rocmcheck.engine.options import RunOptions
+    from rocmcheck.engine.runner import Runner
+    from rocmcheck.engine.selection import select
 
     fake = str(Path(__file__).parent / "fake_probes")
     specs = registry.load_all([fake])

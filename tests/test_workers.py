@@ -12,9 +12,9 @@ FAKE = str(Path(__file__).parent / "fake_probes")
 def _run(isolation, *probes, **kwargs):
     """The variants in the order given (the runner keeps it), as verdict dicts by variant."""
     from rocmcheck import registry
-    from rocmcheck.options import RunOptions
-    from rocmcheck.runner import Runner
-    from rocmcheck.selection import select
+    from rocmcheck.engine.options import RunOptions
+    from rocmcheck.engine.runner import Runner
+    from rocmcheck.engine.selection import select
 
     specs = registry.load_all([FAKE])
     variants = [v for p in probes for v in select(specs, [p])]
@@ -25,9 +25,9 @@ def _run(isolation, *probes, **kwargs):
 def _gate(isolation, inject=""):
     """The built-in gate on the CPU (fake probes an earlier test left registered are not in it)."""
     from rocmcheck import registry
-    from rocmcheck.options import RunOptions
-    from rocmcheck.runner import Runner
-    from rocmcheck.selection import select
+    from rocmcheck.engine.options import RunOptions
+    from rocmcheck.engine.runner import Runner
+    from rocmcheck.engine.selection import select
 
     variants = [v for v in select(registry.load_all(), gate_only=True) if v.spec.module.startswith("rocmcheck.probes.")]
     opts = RunOptions(device="cpu", isolation=isolation, timeout=10, inject=inject, write_files=False)

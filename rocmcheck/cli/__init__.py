@@ -6,7 +6,7 @@ and the verdict's exit code.
 
 Each command is a module of this package with `register(sub)`, which adds its parser and sets
 `func=<handler(args) -> exit code>`; the work is done by the feature modules below
-(`rocmcheck.render`, `diff`, `matrix`, `bugreport`, `doctor`). Exit codes: `rocmcheck.model.ExitCode`.
+(`rocmcheck.outputs.render`, `diff`, `matrix`, `bugreport`, `doctor`). Exit codes: `rocmcheck.model.ExitCode`.
 """
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def _main(argv: List[str]) -> int:
     except Exception as exc:  # an internal error is still one line and exit 2 (ROCMCHECK_DEBUG=1: traceback)
         if os.environ.get("ROCMCHECK_DEBUG"):
             raise
-        from ..render import short
+        from ..outputs.render import short
 
         return _could_not_assess(argv, f"internal error: {type(exc).__name__}: {short(str(exc), 300)}")
 
@@ -91,7 +91,7 @@ def _could_not_assess(argv: List[str], message: str) -> int:
     wants_document = argv[:1] == ["gate"] and any(
         a == "--json=-" or (a == "--json" and argv[i + 1:i + 2] == ["-"]) for i, a in enumerate(argv))
     if wants_document:
-        from .. import node
+        from ..outputs import node
 
         print(json.dumps(node.unknown(message), indent=2), flush=True)
     return int(ExitCode.USAGE)

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, TextIO
 
 from .. import __version__
+from ..engine.options import OPTIONS, Given, RunOptions, add_to_argparse
 from ..errors import UsageError
 from ..model import ExitCode, Variant, Verdict, is_bad
-from ..options import OPTIONS, Given, RunOptions, add_to_argparse
-from ..render import verdict_line
-from ..storage import report_paths
+from ..outputs.render import verdict_line
+from ..outputs.storage import report_paths
 
 
 def add_selection(p: argparse.ArgumentParser) -> None:
@@ -59,8 +59,8 @@ def note(text: str) -> None:
 
 def execute(opts: RunOptions, variants: List[Variant], stream: Optional[TextIO] = None) -> Dict[str, Any]:
     """Run `variants` with a live line each; the report (JSON and Markdown written)."""
-    from ..render import markdown_report
-    from ..runner import Runner
+    from ..engine.runner import Runner
+    from ..outputs.render import markdown_report
 
     if not variants:
         raise UsageError("no probe variant matches the selection")

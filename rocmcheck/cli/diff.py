@@ -1,4 +1,4 @@
-"""`rocmcheck diff BASELINE CURRENT`: the command around `rocmcheck.diff`; exit 1 on a regression."""
+"""`rocmcheck diff BASELINE CURRENT`: the command around `rocmcheck.outputs.diff`; exit 1 on a regression."""
 from __future__ import annotations
 
 import argparse
@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..diff import KINDS, compare, side, text
 from ..model import ExitCode
+from ..outputs.diff import KINDS, compare, side, text
 
 
 def register(sub: Any) -> None:
@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from ..storage import load_report, write_atomic
+    from ..outputs.storage import load_report, write_atomic
 
     reports = [load_report(args.baseline), load_report(args.current)]
     result = compare(*reports, names=(str(args.baseline), str(args.current)))

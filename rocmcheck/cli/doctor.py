@@ -7,11 +7,11 @@ from typing import Any
 
 from .. import registry
 from ..doctor import DEFAULT_BUDGET_S, DEFAULT_REPEATS, Case, Doctor, failing_variants, load_candidates
+from ..engine.options import argparse_type, positive
+from ..engine.selection import gate_variants, select
 from ..errors import UsageError
 from ..model import ExitCode
-from ..options import argparse_type, positive
-from ..render import doctor_text, markdown_report
-from ..selection import gate_variants, select
+from ..outputs.render import doctor_text, markdown_report
 from .common import add_run_options, files_line, live, note, run_options
 
 
@@ -41,12 +41,12 @@ def register(sub: Any) -> None:
     p.add_argument("--budget", type=argparse_type(positive), default=DEFAULT_BUDGET_S, metavar="SECONDS",
                    help=f"time for all re-runs together (default {DEFAULT_BUDGET_S:g})")
     p.add_argument("--workarounds", action="append", type=Path, default=[], metavar="FILE",
-                   help="also try the candidates of this JSON file (format: rocmcheck/data/workarounds.json)")
+                   help="also try the candidates of this JSON file (format: rocmcheck/knowledge/data/workarounds.json)")
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from ..runner import Runner
-    from ..storage import load_report
+    from ..engine.runner import Runner
+    from ..outputs.storage import load_report
 
     specs = registry.load_all(args.probes_path)
     candidates = load_candidates(args.workarounds)

@@ -5,8 +5,8 @@ import argparse
 import json
 from typing import Any, Dict, List
 
+from ..engine.options import Given, RunOptions, add_to_argparse
 from ..model import ExitCode
-from ..options import Given, RunOptions, add_to_argparse
 
 
 def register(sub: Any) -> None:
@@ -17,9 +17,9 @@ def register(sub: Any) -> None:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from ..fingerprint import summary
-    from ..nodehealth import describe, snapshot
-    from ..runner import Runner
+    from ..engine.runner import Runner
+    from ..host.fingerprint import summary
+    from ..host.nodehealth import describe, snapshot
 
     opts = RunOptions.build(Given({"device": args.device}), write_files=False, command="env", needs_torch=False)
     report = Runner(opts).run([])

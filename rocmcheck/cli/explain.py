@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from ..explain import ARCH_SIGNATURES, explain, local_facts, read_log, recognise, render
+    from ..knowledge.explain import ARCH_SIGNATURES, explain, local_facts, read_log, recognise, render
 
     text = read_log(args.file)
     local = None

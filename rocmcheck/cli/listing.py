@@ -5,10 +5,10 @@ import argparse
 from typing import Any
 
 from .. import faults, registry
+from ..engine.options import INJECT_ENV, add_to_argparse
+from ..engine.selection import select
 from ..model import ExitCode, Variant
-from ..options import INJECT_ENV, add_to_argparse
-from ..render import short
-from ..selection import select
+from ..outputs.render import short
 from .common import add_selection
 
 

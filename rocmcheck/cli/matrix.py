@@ -1,4 +1,4 @@
-"""`rocmcheck matrix FILE...`: the command around `rocmcheck.matrix`."""
+"""`rocmcheck matrix FILE...`: the command around `rocmcheck.outputs.matrix`."""
 from __future__ import annotations
 
 import argparse
@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..matrix import build, markdown_text, report_files, terminal_text
+from ..engine.options import check_outputs
 from ..model import ExitCode
-from ..options import check_outputs
+from ..outputs.matrix import build, markdown_text, report_files, terminal_text
 
 
 def register(sub: Any) -> None:
@@ -24,7 +24,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from ..storage import load_report, write_atomic
+    from ..outputs.storage import load_report, write_atomic
 
     check_outputs({}, {"--md": args.md, "--json": args.json, "--html": args.html})
     unique = list(dict.fromkeys(report_files(args.files)))  # the same file named twice counts once
@@ -41,6 +41,6 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def _html(matrix: Any) -> str:
-    from ..matrix_html import html_page
+    from ..outputs.matrix_html import html_page
 
     return html_page(matrix)

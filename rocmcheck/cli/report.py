@@ -1,4 +1,4 @@
-"""`rocmcheck report`: run (or load) a run and write `rocmcheck.bugreport`'s files."""
+"""`rocmcheck report`: run (or load) a run and write `rocmcheck.outputs.bugreport`'s files."""
 from __future__ import annotations
 
 import argparse
@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from .. import registry
-from ..bugreport import build, write
+from ..engine.options import add_to_argparse, check_outputs
+from ..engine.selection import select
 from ..errors import UsageError
-from ..explain import read_log
+from ..knowledge.explain import read_log
 from ..model import ExitCode
-from ..options import add_to_argparse, check_outputs
-from ..selection import select
-from ..storage import load_report
+from ..outputs.bugreport import build, write
+from ..outputs.storage import load_report
 from .common import add_run_options, execute, note, run_options
 
 

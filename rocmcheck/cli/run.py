@@ -7,10 +7,10 @@ import sys
 from typing import Any, Dict
 
 from .. import registry
+from ..engine.options import add_to_argparse
+from ..engine.selection import gate_variants, select
 from ..model import ExitCode, is_bad, node_status
-from ..options import add_to_argparse
-from ..render import counts_line, failing_line, known_issue_lines, terminal_matrix
-from ..selection import gate_variants, select
+from ..outputs.render import counts_line, failing_line, known_issue_lines, terminal_matrix
 from .common import add_run_options, execute, exit_for, files, files_line, run_options, to_stdout
 
 
@@ -36,7 +36,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from .. import node
+    from ..outputs import node
 
     opts = run_options(args, "gate", profile="gate")
     specs = registry.load_all(opts.probes_paths)

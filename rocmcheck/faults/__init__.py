@@ -6,7 +6,7 @@ or at the process level (a signal, an abort, a flood of output). The probe's own
 detection logic then has to catch it, which is how the project's tests prove every
 detector on a machine without a GPU, and how users prove their gate and CI fail.
 
-Spec syntax (`--inject` or ROCMCHECK_INJECT, read by `rocmcheck.options`): `NAME[:ARG][@PROBE_GLOB]`,
+Spec syntax (`--inject` or ROCMCHECK_INJECT, read by `rocmcheck.engine.options`): `NAME[:ARG][@PROBE_GLOB]`,
 comma-separated.
 ARG narrows the fault (e.g. one copy API); PROBE_GLOB limits it to matching probe ids.
 """

@@ -104,7 +104,7 @@ def _oom(arg: Optional[str]) -> None:
 @fault("gpu-init-fork-error", "GPU runtime init fails in a child forked from the zygote (as HIP does when "
        "initialised before the fork); spawned children are unaffected")
 def _gpu_init_fork_error(arg: Optional[str]) -> None:
-    from .. import child
+    from ..engine import child
 
     original = child.runtime_init
 

@@ -159,7 +159,7 @@ def _isolation_servers():
 
     def standby():
         found[:] = [p.pid for p in psutil.Process(os.getppid()).children()
-                    if p.pid != os.getpid() and "rocmcheck.child" in " ".join(p.cmdline())]
+                    if p.pid != os.getpid() and "rocmcheck.engine.child" in " ".join(p.cmdline())]
         return found
 
     _wait_for(standby)
@@ -220,7 +220,7 @@ def fake_x_output(ctx):
                  timeout=30, variants=[{"result": "torn"}, {"result": "foreign"}])
 def fake_x_result(ctx, result):
     _start()
-    from rocmcheck import child
+    from rocmcheck.engine import child
 
     content = '{"status": "pass", "mess' if result == "torn" else \
         '{"status": "pass", "message": 5, "measurements": "x", "exception": [], "probe_s": "slow"}'

@@ -1,12 +1,12 @@
 """The probe's side of isolation: runs tasks and leaves a result file for each.
 
 The same code runs in a child forked from the zygote and in a freshly spawned
-interpreter (`python -m rocmcheck.child`). Its stdin is a "lifeline" pipe whose
+interpreter (`python -m rocmcheck.engine.child`). Its stdin is a "lifeline" pipe whose
 write end only the parent holds: when the parent dies, the child kills its own
 process group, so no orphan survives. Each line on the lifeline is the path of a task
-(`rocmcheck.task.Task`). A child runs one task and exits, or, as a worker
+(`rocmcheck.engine.task.Task`). A child runs one task and exits, or, as a worker
 (`Task.keep_alive`), initialises the GPU runtime once and runs its device's tasks one after
-another, putting back what each probe changed in the process (`rocmcheck.probe_state`).
+another, putting back what each probe changed in the process (`rocmcheck.engine.probe_state`).
 The result is written atomically; a child that dies without one can never be taken for `pass`.
 """
 from __future__ import annotations
@@ -22,10 +22,10 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, TextIO
 
-from . import faults, registry, torchapi
+from .. import faults, registry, torchapi
+from ..context import ProbeContext
+from ..jsonsafe import jsonsafe
 from .capture import TASK_END
-from .context import ProbeContext
-from .jsonsafe import jsonsafe
 from .launch import CHILD_PATHS_ENV, CHILD_PRELOAD_ENV
 from .probe_state import ProcessState
 from .task import Task

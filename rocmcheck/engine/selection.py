@@ -5,8 +5,8 @@ import fnmatch
 import re
 from typing import Callable, Dict, Iterable, List, Optional
 
-from .errors import UsageError
-from .model import ProbeSpec, Variant
+from ..errors import UsageError
+from ..model import ProbeSpec, Variant
 
 _TOKEN_RE = re.compile(r"\s*(\(|\)|\bnot\b|\band\b|\bor\b|[^\s()]+)")
 

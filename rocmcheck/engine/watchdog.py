@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional
 
+from ..markers import TaskFiles
 from .capture import OutputDrain
 from .launch import ChildProcess
-from .markers import TaskFiles
 from .proctree import leftovers, process_state
 
 STACK_WAIT_S = 0.3

@@ -1,6 +1,6 @@
 """How tasks reach children: the launcher, its fall-back, and one worker child per GPU.
 
-- **The launcher** (`rocmcheck.launch.Launcher`): a zygote server that imported torch once and
+- **The launcher** (`rocmcheck.engine.launch.Launcher`): a zygote server that imported torch once and
   forks a child per task (POSIX default), or a fresh interpreter per task (spawn). A zygote
   that cannot start, dies (the OOM killer picks by size), or whose forked child cannot
   initialise the GPU is replaced by spawn for the rest of the run, with a note.
@@ -10,8 +10,8 @@
 - **Workers**: GPU runtime init costs seconds on a real GPU (a context, rocBLAS's first GEMM,
   librccl), so the variants of one device run one after another in one worker child that
   initialised the runtime once. Each keeps its own deadline, start marker, stack file and
-  result (`rocmcheck.task.Task`); between tasks the child puts back what a probe may change
-  (`rocmcheck.probe_state`). A crash or hang ends the worker with the verdict of the task in
+  result (`rocmcheck.engine.task.Task`); between tasks the child puts back what a probe may change
+  (`rocmcheck.engine.probe_state`). A crash or hang ends the worker with the verdict of the task in
   flight; so does a fail or error, and the runner re-runs that variant alone before its
   verdict counts. The next task starts a fresh worker. A task with its own environment, a
   probe with `own_child` or `fresh_interpreter`, and a fault that patches one probe's process
@@ -26,10 +26,11 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
-from . import faults, watchdog
+from .. import faults
+from ..model import ProbeSpec, Status
+from . import watchdog
 from .capture import OutputDrain
 from .launch import ChildProcess, IsolationServerDied, Launcher, SpawnLauncher
-from .model import ProbeSpec, Status
 from .task import Task
 from .verdicts import read_result
 from .watchdog import ChildEnd, supervise

@@ -17,8 +17,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import hostgpu, torchapi
-from .redact import gpu_env_name
+from .. import torchapi
+from ..redact import gpu_env_name
+from . import hostgpu
 
 RELATED_PACKAGES = ("torch", "numpy", "transformers", "peft", "accelerate", "torchao", "torchtune",
                     "bitsandbytes", "flash-attn", "flash_attn", "triton", "pytorch-triton-rocm", "deepspeed",

@@ -11,7 +11,7 @@ import socket
 import time
 from typing import Any, Dict, List, Optional
 
-from .model import ExitCode, Status, is_bad, node_status
+from ..model import ExitCode, Status, is_bad, node_status
 
 SCHEMA = "rocmcheck-node-verdict"
 SCHEMA_VERSION = "1.0"

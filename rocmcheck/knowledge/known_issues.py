@@ -24,14 +24,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from .errors import UsageError
-from .exitcodes import signatures
-from .model import Status, Verdict
+from ..errors import UsageError
+from ..model import Status, Verdict
+from . import DATA
+from .signatures import signatures
 
 NOTABLE = [s.value for s in Status if s.is_notable]  # the statuses an entry matches unless it names its own
 
 KNOWN_ISSUES_ENV = "ROCMCHECK_KNOWN_ISSUES"
-BUILTIN_DIR = Path(__file__).parent / "data" / "known_issues"
+BUILTIN_DIR = DATA / "known_issues"
 VERSION_KEYS = ("torch", "hip", "rocm", "cuda", "python")
 _RANGE_RE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*([0-9][0-9a-zA-Z.+-]*)\s*$")
 

@@ -17,7 +17,7 @@ import os
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import torchapi
+from .. import torchapi
 
 Setting = Tuple[Callable[[], Any], Callable[[Any], None]]
 

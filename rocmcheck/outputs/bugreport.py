@@ -18,13 +18,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from . import __version__, known_issues, registry, repro
-from .errors import UsageError
-from .explain import explain
-from .fingerprint import summary
-from .jsonsafe import jsonsafe
-from .model import EVIDENCE_TAILS, STATUS_VALUES, Status, Verdict, count_statuses, is_bad, is_notable
-from .redact import REDACTED, Redactor
+from .. import __version__, registry
+from ..errors import UsageError
+from ..host.fingerprint import summary
+from ..jsonsafe import jsonsafe
+from ..knowledge import known_issues
+from ..knowledge.explain import explain
+from ..model import EVIDENCE_TAILS, STATUS_VALUES, Status, Verdict, count_statuses, is_bad, is_notable
+from ..redact import REDACTED, Redactor
+from . import repro
 from .render import counts_line, doctor_markdown, markdown_matrix, short
 from .storage import report_json, write_atomic
 

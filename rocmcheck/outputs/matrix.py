@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import known_issues
+from ..errors import UsageError
+from ..host.fingerprint import summary
+from ..knowledge import known_issues
+from ..model import EVIDENCE_TAILS, STATUS_ORDER, Status, Verdict, count_statuses, is_notable
 from .diff import statuses
-from .errors import UsageError
-from .fingerprint import summary
-from .model import EVIDENCE_TAILS, STATUS_ORDER, Status, Verdict, count_statuses, is_notable
 from .render import known_issue_lines, md_escape
 
 GROUPING = ("reports with identical fingerprints share a column; the worst status wins, "

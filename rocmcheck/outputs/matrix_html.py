@@ -11,8 +11,8 @@ from html import escape
 from itertools import groupby
 from typing import Any, Dict, List, Optional
 
+from ..model import is_bad, is_notable
 from .matrix import GROUPING, cell_text, counts_line
-from .model import is_bad, is_notable
 
 COLOURS = {"pass": "#c8efc8", "skip": "#e4e4e4", "warn": "#ffe9a8", "fail": "#ffb3b3", "error": "#ffc48a",
            "crash": "#e08cd8", "hang": "#b9a6ff"}

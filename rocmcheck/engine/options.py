@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from .errors import UsageError
+from ..errors import UsageError
 
 ISOLATIONS = ("zygote", "spawn")
 INJECT_ENV = "ROCMCHECK_INJECT"
@@ -65,7 +65,7 @@ def isolation(text: str) -> str:
 
 
 def inject(text: str) -> str:
-    from . import faults
+    from .. import faults
 
     faults.parse(text)  # its own one-line UsageError names the unknown fault
     return text
@@ -217,7 +217,8 @@ class RunOptions:
         probes paths (their modules load, so the faults they declare are known to the fault spec),
         every option of the table, then $ROCMCHECK_KNOWN_ISSUES. `profile`: gate under
         --gate-only, else full, unless the command fixes it; `fixed`: the fields no option sets."""
-        from . import known_issues, registry
+        from .. import registry
+        from ..knowledge import known_issues
 
         check_outputs(dict(folders or {}), dict(files or {}))
         probes_paths = [str(p) for p in given.value("probes_path") or []]

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from . import __version__
-from .model import ProbeSpec, variant_id
-from .redact import REDACTED, Redactor, gpu_env_name
-from .registry import module_file
+from .. import __version__
+from ..model import ProbeSpec, variant_id
+from ..redact import REDACTED, Redactor, gpu_env_name
+from ..registry import module_file
 
 # The `rocmcheck` package as a reproducer sees it. Anything else a probe takes from
 # rocmcheck must be a module, which is then embedded verbatim.

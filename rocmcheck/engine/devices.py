@@ -11,15 +11,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from . import hostgpu
-from .errors import UsageError
-from .model import DeviceInfo
+from ..errors import UsageError
+from ..host import hostgpu
+from ..model import DeviceInfo
 from .verdicts import end_summary
 from .watchdog import ChildEnd
 
 GPU_VISIBLE = "gpu-visible"  # the probe that fails when the host has GPUs that torch cannot use
 CANARY_TIMEOUT_S = 20.0  # runtime init and one tiny kernel; a device that needs longer is not usable
-CANARY_CALL = "rocmcheck.child:device_canary"
+CANARY_CALL = "rocmcheck.engine.child:device_canary"
 CANARY_PROBE = "device-canary"  # the name faults are injected under: --inject hang@device-canary
 
 

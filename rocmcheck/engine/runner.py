@@ -2,7 +2,7 @@
 
 The runner never imports torch and never touches the GPU: device facts come from a
 child, and each variant runs as a `Task` in its device's worker child or in a child of its
-own (`rocmcheck.isolation`); a bad verdict from a worker is confirmed alone. Each verdict
+own (`rocmcheck.engine.isolation`); a bad verdict from a worker is confirmed alone. Each verdict
 reaches the journal before the next probe starts. Ctrl-C or SIGTERM ends the run with a
 partial report that names the interrupted probe.
 """
@@ -21,16 +21,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
-from . import __version__, devices, faults, fingerprint, hostgpu, kernellog, known_issues, registry, torchapi
-from .context import ProbeContext
+from .. import __version__, faults, registry, torchapi
+from ..context import ProbeContext
+from ..errors import Interrupted, TorchMissing, UsageError, raise_interrupted
+from ..host import fingerprint, hostgpu, kernellog
+from ..knowledge import known_issues
+from ..knowledge.signatures import BY_MEANING, signatures
+from ..model import DeviceInfo, Status, Variant, Verdict, preloads
+from ..outputs.storage import SCHEMA, SCHEMA_VERSION, Journal, new_run_id, report_json, report_paths, write_atomic
+from ..safetext import clean, clean_env, clean_tree
+from . import devices
 from .devices import GPU_VISIBLE
-from .errors import Interrupted, TorchMissing, UsageError, raise_interrupted
-from .exitcodes import BY_MEANING, signatures
 from .isolation import Isolation
-from .model import DeviceInfo, Status, Variant, Verdict, preloads
 from .options import FIRST_USE_LIMIT_S, RunOptions
-from .safetext import clean, clean_env, clean_tree
-from .storage import SCHEMA, SCHEMA_VERSION, Journal, new_run_id, report_json, report_paths, write_atomic
 from .task import Task
 from .verdicts import assemble, confirmed, end_summary, not_run, outcome, read_result, read_text
 from .watchdog import ChildEnd
@@ -119,7 +122,8 @@ class Runner:
     def resolve_device(self) -> None:
         """Ask a child for device facts; `devices.resolve` holds them against the host's own GPU
         inventory and `--device`. A torch that cannot be imported stops the run here."""
-        task = self._task(call="rocmcheck.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S)  # faults: in_facts only
+        # faults: in_facts only
+        task = self._task(call="rocmcheck.host.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S)
         key = self.isolation.facts_worker_key() if self.opts.device != "cpu" else None  # a CPU run: no GPU init to keep
         end = self.isolation.run_in_worker(task, key)[0] if key else self.isolation.run(task, {}, fresh=False)
         result = read_result(task.files.result)
@@ -148,7 +152,7 @@ class Runner:
             host = hostgpu.read()
             arch_list = self.facts.get("arch_list") if self.facts.get("device_count") else None
             if arch_list is None:
-                task = self._task(call="rocmcheck.fingerprint:wheel_facts", timeout=FACTS_TIMEOUT_S)
+                task = self._task(call="rocmcheck.host.fingerprint:wheel_facts", timeout=FACTS_TIMEOUT_S)
                 self.isolation.run(task, {}, fresh=False)
                 arch_list = ((read_result(task.files.result) or {}).get("data") or {}).get("arch_list")
             override = {**os.environ, **self.opts.env}.get("HSA_OVERRIDE_GFX_VERSION")

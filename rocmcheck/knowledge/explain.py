@@ -19,10 +19,11 @@ import sys
 from collections import Counter
 from typing import Any, Dict, List, Optional
 
-from . import hostgpu, known_issues
-from .errors import UsageError
-from .exitcodes import FACT_PATTERNS, SIGNATURES
-from .redact import Redactor
+from ..errors import UsageError
+from ..host import hostgpu
+from ..redact import Redactor
+from . import known_issues
+from .signatures import FACT_PATTERNS, SIGNATURES
 
 LINES_SHOWN = 3  # lines quoted per signature; the rest are counted
 LINE_CHARS = 240  # a quoted line is cut around its match (one-line megabyte logs exist)
@@ -102,7 +103,7 @@ def stated_facts(text: str, found_ids: List[str]) -> Dict[str, Any]:
 
 def wheel_facts() -> Optional[Dict[str, Any]]:
     """The installed torch's version and arch list, from a child that never initialises the GPU."""
-    code = "import json; from rocmcheck.fingerprint import wheel_facts; print(json.dumps(wheel_facts()))"
+    code = "import json; from rocmcheck.host.fingerprint import wheel_facts; print(json.dumps(wheel_facts()))"
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=WHEEL_TIMEOUT_S, check=False)

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .errors import UsageError
-from .fingerprint import summary
-from .model import STATUS_VALUES, Status, is_bad
+from ..errors import UsageError
+from ..host.fingerprint import summary
+from ..model import STATUS_VALUES, Status, is_bad
 from .render import short
 
 KINDS = ("regression", "fix", "changed", "new", "missing")

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .errors import UsageError
-from .jsonsafe import jsonsafe
+from ..errors import UsageError
+from ..jsonsafe import jsonsafe
 
 SCHEMA = "rocmcheck-report"
 SCHEMA_VERSION = "1.0"

@@ -8,8 +8,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from tabulate import tabulate
 
-from .fingerprint import summary
-from .model import EVIDENCE_TAILS, STATUS_ORDER, is_bad, is_notable
+from ..host.fingerprint import summary
+from ..model import EVIDENCE_TAILS, STATUS_ORDER, is_bad, is_notable
 
 MESSAGE_WIDTH = 90
 

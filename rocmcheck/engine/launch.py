@@ -108,7 +108,7 @@ def pids_now() -> Set[int]:
 
 class Launcher(Protocol):
     """What starts a child for a task: `SpawnLauncher` (a fresh interpreter) or
-    `rocmcheck.zygote.ZygoteLauncher` (a fork of a server that imported torch)."""
+    `rocmcheck.engine.zygote.ZygoteLauncher` (a fork of a server that imported torch)."""
 
     name: str
     dead: bool  # the server died (a zygote); a spawn launcher never is
@@ -166,7 +166,7 @@ class SpawnLauncher:
         token = new_token()
         try:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "rocmcheck.child"], stdin=life_r, stdout=out_w, stderr=out_w,
+                [sys.executable, "-m", "rocmcheck.engine.child"], stdin=life_r, stdout=out_w, stderr=out_w,
                 env=child_env({**env, TOKEN_ENV: token}, self.probes_paths, self.preload),
                 start_new_session=not WINDOWS, close_fds=True, creationflags=flags,
             )

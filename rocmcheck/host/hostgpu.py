@@ -10,7 +10,7 @@ torch reported from a child; `torch_choice` names the build to install, for `mak
 for the no-torch message and for the NO-GO alike.
 
 Every path is read under a root, `/` unless `ROCMCHECK_HOST_ROOT` names a fixture tree.
-Run as `python -m rocmcheck.hostgpu` to print the pip arguments for this host's torch.
+Run as `python -m rocmcheck.host.hostgpu` to print the pip arguments for this host's torch.
 """
 from __future__ import annotations
 
@@ -389,7 +389,7 @@ def access_hints(host: HostGpus, vendors: Sequence[str]) -> List[str]:
 def main(argv: Optional[List[str]] = None) -> int:
     """Print the pip arguments that install the torch build for this host (stdout) and why
     (stderr): the torch step of `make gate`."""
-    parser = argparse.ArgumentParser(prog="python -m rocmcheck.hostgpu", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rocmcheck.host.hostgpu", description=main.__doc__)
     parser.add_argument("--requirement", default=None, help="torch requirement for any host (overrides the choice)")
     parser.add_argument("--index", default=None, help="wheel index URL (overrides the choice)")
     parser.add_argument("--no-gpu-requirement", default="torch", help="torch requirement on a host without GPU")

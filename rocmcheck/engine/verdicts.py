@@ -30,10 +30,11 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .errors import Skip
-from .exitcodes import describe, signal_of, signatures
-from .model import Status, Variant, Verdict
-from .safetext import clean, clean_tree
+from ..errors import Skip
+from ..knowledge.signatures import signatures
+from ..model import Status, Variant, Verdict
+from ..safetext import clean, clean_tree
+from .exitcodes import describe, signal_of
 from .watchdog import ChildEnd
 
 EVIDENCE_TAIL_CHARS = 4000

@@ -45,7 +45,7 @@ class ZygoteLauncher:
         self.probes_paths = probes_paths
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server = subprocess.Popen(
-            [sys.executable, "-m", "rocmcheck.zygote", str(theirs.fileno())],
+            [sys.executable, "-m", "rocmcheck.engine.zygote", str(theirs.fileno())],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, env=child_env({TOKEN_ENV: new_token()}, probes_paths, preload),
             start_new_session=True,

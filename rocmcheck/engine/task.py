@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
-from .markers import TaskFiles
+from ..markers import TaskFiles
 
 
 @dataclass
