@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Tuple
+from typing import Dict, List, Tuple
 
 from . import DATA
 
@@ -37,8 +37,3 @@ BY_MEANING = {s.meaning: s for s in SIGNATURES}
 def signatures(text: str) -> List[str]:
     """The meanings of the known runtime-failure signatures found in `text`."""
     return [s.meaning for s in SIGNATURES if s.pattern.search(text)]
-
-
-def signature_ids(meanings: Iterable[str]) -> List[str]:
-    """The ids of signatures recorded by their meanings (a verdict's evidence keeps meanings)."""
-    return [BY_MEANING[m].id for m in meanings if m in BY_MEANING]
