@@ -5,6 +5,8 @@ on this platform": ROCm wheels before 2.12, pytorch #134208), reserved memory gr
 every cycle until OOM (the seeds' OOM after 35-50 batches; pytorch #123548 with
 `expandable_segments:True,max_split_size_mb:128`), and a live buffer reading back
 zeros under that setting (legacy-rocm-build #6603). Facts: docs/failure-catalogue.md §0, §4.
+The growth under that setting is PyTorch's own allocator on CUDA builds too (an H100, torch
+2.11.0+cu130): a failure names the setting in effect, so the known issue can name it exactly.
 
 Each setting runs in a fresh interpreter whose environment carries it (the allocator
 reads its variable once, at first use), under a name this torch reads. The
@@ -170,11 +172,12 @@ def unbounded_growth(slack_mib, period=PERIOD, warmup_periods=2, rising=4, min_g
 # --- the training-like allocation pattern ------------------------------------------------------
 
 
-def run_cycles(ctx, cycles, unit_bytes, canary_bytes):
+def run_cycles(ctx, cycles, unit_bytes, canary_bytes, where):
     """Allocate, fill and free step-sized buffers around a live canary; check it bitwise every cycle.
 
     Returns reserved-minus-allocated (MiB) after each cycle. Raises ProbeFailure on canary
-    damage or on running out of memory (with the slack history measured either way).
+    damage or on running out of memory (with the slack history measured either way), its
+    message naming the allocator setting `where` ("under VARIABLE='VALUE'").
     """
     device = ctx.device
     import collections
@@ -192,13 +195,13 @@ def run_cycles(ctx, cycles, unit_bytes, canary_bytes):
             del step
         except torchapi.out_of_memory_error() as exc:
             ctx.measure(slack_mib=slack)
-            raise rocmcheck.ProbeFailure(f"out of memory at cycle {cycle} with reserved-minus-allocated at "
+            raise rocmcheck.ProbeFailure(f"out of memory at cycle {cycle} {where} with reserved-minus-allocated at "
                                          f"{slack[-1] if slack else 0:.0f} MiB: {str(exc).splitlines()[0]}") from None
         slack.append(round((torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)) / MiB, 1))
         damage = canary_damage(canary.to("cpu", copy=True).numpy(), expected)
         if damage:
             ctx.measure(slack_mib=slack)
-            raise rocmcheck.ProbeFailure(f"canary corrupted at cycle {cycle}: {damage}")
+            raise rocmcheck.ProbeFailure(f"canary corrupted at cycle {cycle} {where}: {damage}")
     return slack
 
 
@@ -235,11 +238,13 @@ def allocator(ctx, setting):
     if wanted is not None and conf != wanted:
         ctx.warn(f"{variable}={conf!r} is read before the variant's own setting {wanted!r}")
     requested = parse_conf(conf if wanted is None else wanted)
+    # failures name the setting: a known issue may belong to one combination of options (pytorch #123548)
+    where = f"under {variable}={conf!r}" if variable else "under the allocator's defaults"
     total = torch.cuda.get_device_properties(ctx.device).total_memory
     unit, canary = min(MAX_UNIT_BYTES, total // 24), min(CANARY_BYTES, total // 16)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        slack = run_cycles(ctx, CYCLES[ctx.profile], unit, canary)
+        slack = run_cycles(ctx, CYCLES[ctx.profile], unit, canary, where)
         snapshot = torch.cuda.memory._snapshot() if backend == "native" else {}
     if backend != "native":
         native_only = sorted(set(requested) - {"backend"})
@@ -256,6 +261,7 @@ def allocator(ctx, setting):
     for problem in problems:
         ctx.warn(problem)
     growth = unbounded_growth(slack)
-    assert growth is None, growth
+    if growth:
+        raise rocmcheck.ProbeFailure(f"{growth}, {where}")
     if ctx.full and requested.get("expandable_segments", "").lower() == "true" and total > 4 * BIG_COPY_BYTES:
         big_copy(ctx)

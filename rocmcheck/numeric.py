@@ -194,7 +194,7 @@ class CloseCheck:
     total: int
     bad: int  # elements outside the tolerance (NaN and unexpected zeros included)
     nans: int  # NaN where the reference is not NaN
-    zeros: int  # exact zeros where the reference, rounded to the result dtype, is not zero
+    zeros: int  # exact zeros outside the tolerance where the reference, rounded to the result dtype, is not zero
     first_bad: int
     max_err: float  # largest |got - ref| / scale over elements where both are finite
     tol: float
@@ -223,7 +223,8 @@ def close(got: Any, ref: Any, dtype: Any, scale: Any = None, tol: Optional[float
 
     The error is |got - ref| / scale, with `scale` defaulting to |ref| (floored at the dtype's
     smallest normal); pass |A|.|B| for products. `tol` defaults to TOLERANCE[dtype].
-    Equal values (inf included) and NaN-for-NaN always pass.
+    Equal values (inf included) and NaN-for-NaN always pass. A zero is judged like any value: a sum
+    that nearly cancels may round to zero within the tolerance; zeroing faults put zeros far outside it.
     """
     name = dtype_name(dtype)
     got = np.asarray(got, dtype=np.float64)
@@ -238,7 +239,8 @@ def close(got: Any, ref: Any, dtype: Any, scale: Any = None, tol: Optional[float
         nan = np.isnan(got) & ~np.isnan(ref)
         zero = (got == 0) & (round_to(ref, name) != 0)
         good = (err <= tol) | (got == ref) | (np.isnan(got) & np.isnan(ref))
-    bad = ~good | zero
+    bad = ~good
+    zero &= bad
     finite = np.isfinite(err)
     count = int(np.count_nonzero(bad))
     n = max(got.size, 1)

@@ -167,6 +167,62 @@ def test_close_counts_nan_and_unexpected_zeros(ref, data):
     assert check.zero_fraction == pytest.approx(1 / ref.size) and check.ref_zero_fraction == 0
 
 
+def conv_case(seed=11):
+    """A bf16 conv2d of numerics[ops-bf16]'s shapes (4624 outputs): float64 reference, |x|.|w| scale, and a result
+    rounded to bf16 with an error of 0.2% of the scale per element (what the H100's cuDNN measured: 0.45%)."""
+    rng = np.random.default_rng(seed)
+    img, k, kb = (numeric.round_to(rng.standard_normal(s), "bfloat16") for s in ((2, 3, 17, 17), (8, 3, 3, 3), (8,)))
+    ref = numeric.conv2d_ref(img, k, kb).ravel()
+    scale = numeric.conv2d_ref(np.abs(img), np.abs(k), np.abs(kb)).ravel()
+    got = numeric.round_to(ref + 2e-3 * scale * rng.uniform(-1, 1, ref.shape), "bfloat16")
+    assert numeric.close(got, ref, "bfloat16", scale=scale).ok
+    return got, ref, scale
+
+
+def test_close_accepts_zeros_within_the_tolerance_of_a_near_cancelling_sum():
+    """numerics[ops-bf16] on an H100 (torch 2.11.0+cu130, cuDNN 9.19): 4 of 4624 bf16 conv2d outputs were exact
+    zeros where the float64 reference is about 2e-4 of the scale |x|.|w| (max error 0.00448, tolerance 0.02).
+    A sum that nearly cancels may round to zero: such a zero is as close as any other in-tolerance result."""
+    got, ref, scale = conv_case()
+    nearest = np.argsort(np.abs(ref) / scale)[:4]
+    assert np.all(np.abs(ref[nearest]) / scale[nearest] < 1e-3) and np.all(ref[nearest] != 0)
+    got[nearest] = 0.0
+    check = numeric.close(got, ref, "bfloat16", scale=scale)
+    assert check.ok and check.bad == check.zeros == 0, check.summary()
+    assert check.zero_fraction == pytest.approx(4 / 4624) and check.ref_zero_fraction == 0  # still measured
+
+
+def test_close_still_fails_zeros_where_the_reference_is_not_near_zero():
+    """The zeroing faults (bf16 turning to zeros, half a tall-skinny product zeroed, rocm-libraries #5706):
+    zeros where the reference is large, a block of zeros, an all-zero result each fail and count as zeros."""
+    got, ref, scale = conv_case()
+    ratio = np.abs(ref) / scale
+    largest = np.argsort(ratio)[-4:]
+    few = got.copy()
+    few[largest] = 0.0
+    check = numeric.close(few, ref, "bfloat16", scale=scale)
+    assert check.bad == check.zeros == 4 and check.first_bad == largest.min()
+    block = got.copy()
+    block[ref.size // 2:] = 0.0  # the matmul-zeros fault's shape: the second half
+    check = numeric.close(block, ref, "bfloat16", scale=scale)
+    outside = int(np.count_nonzero(ratio[ref.size // 2:] > numeric.TOLERANCE["bfloat16"]))
+    assert check.bad == check.zeros == outside > 0.9 * (ref.size // 2)
+    assert check.first_bad >= ref.size // 2 and check.zero_fraction >= 0.5
+    check = numeric.close(np.zeros_like(got), ref, "bfloat16", scale=scale)
+    assert check.bad == check.zeros == int(np.count_nonzero(ratio > numeric.TOLERANCE["bfloat16"])) > 0.9 * ref.size
+
+
+@given(hnp.arrays(np.float64, st.integers(1, 30), elements=st.floats(-1e3, 1e3).filter(lambda v: abs(v) >= 1e-3)),
+       st.sampled_from(["float16", "bfloat16", "float32"]), st.floats(0.01, 0.5), st.floats(2.0, 100.0))
+def test_a_zero_is_wrong_exactly_when_it_is_outside_the_tolerance(ref, dtype, inside, outside):
+    """A zero result's error is |ref| / scale: within `tol` it passes, beyond it fails and counts as a zero."""
+    tol = numeric.TOLERANCE[dtype]
+    near = numeric.close(np.zeros_like(ref), ref, dtype, scale=np.abs(ref) / (inside * tol))
+    assert near.ok and near.zeros == 0 and near.zero_fraction == 1.0
+    far = numeric.close(np.zeros_like(ref), ref, dtype, scale=np.abs(ref) / (outside * tol))
+    assert far.bad == far.zeros == ref.size and far.first_bad == 0
+
+
 def test_close_on_empty_and_special_values():
     empty = numeric.close(np.zeros(0), np.zeros(0), "float32")
     assert empty.ok and empty.total == 0 and empty.max_err == 0.0

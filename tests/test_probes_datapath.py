@@ -122,6 +122,21 @@ def test_excess_zeros_in_a_product_fail_gemm(rocm_run):
     assert m["tall-skinny_zeros"] == 40000 and m["square_zeros"] == 192 * 192 // 2
 
 
+def test_excess_zeros_in_a_product_fail_numerics_ops_however_near_zero_the_rest_may_round(rocm_run):
+    """Half of every product zeroed: matmul and linear fail on the zeros outside the tolerance (most of the
+    half; the few whose reference is within the tolerance of zero are not counted), conv2d stays clean."""
+    verdicts = by_variant(rocm_run(probe="numerics", keyword="ops", inject="matmul-zeros"))
+    for variant, (dtype, elements) in {"numerics[ops-bf16]": ("bfloat16", 6912),
+                                       "numerics[ops-fp16]": ("float16", 6912)}.items():
+        v = verdicts[variant]
+        m = v["measurements"]
+        assert v["status"] == "fail" and v["message"].startswith(f"{dtype} matmul: "), v["message"]
+        assert "unexpected zeros" in v["message"] and "linear: " in v["message"] and "conv2d" not in v["message"]
+        assert m["matmul_zero_fraction"] == m["linear_zero_fraction"] == 0.5
+        assert m["matmul_bad"] == m["matmul_zeros"] > 0.8 * (elements // 2) and m["matmul_first_bad"] >= elements // 2
+        assert m["linear_bad"] == m["linear_zeros"] > 0 and m["conv2d_bad"] == m["conv2d_zeros"] == 0
+
+
 def test_list_shows_every_variant_with_its_profile():
     out = subprocess.run([sys.executable, "-m", "rocmcheck", "list", *(f"--probe={p}" for p in OUR_PROBES)],
                          capture_output=True, text=True, check=True, cwd=ROOT).stdout

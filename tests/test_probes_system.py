@@ -265,14 +265,17 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda *a, **k: HEALTHY_SNAPSHOT)
     monkeypatch.setattr(torch.cuda, "get_allocator_backend", lambda: "native")
     monkeypatch.setattr(torch, "empty", torch.empty)  # restored after faults that patch it
-    monkeypatch.setenv(alloc.variable_to_set(torch.__version__), alloc.SETTINGS["expandable"])
+    for name in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"):
+        monkeypatch.delenv(name, raising=False)
 
-    def run(spec=""):
+    def run(spec="", setting="expandable"):
         from rocmcheck import ProbeContext, faults
 
+        for name, value in alloc.variant_env({"setting": setting}).items():  # what the runner gives the child
+            monkeypatch.setenv(name, value)
         faults.install(faults.parse(spec), "allocator")
         ctx = ProbeContext(device="cpu", profile="gate")
-        alloc.allocator(ctx, setting="expandable")
+        alloc.allocator(ctx, setting=setting)
         return ctx
 
     return run
@@ -298,21 +301,86 @@ def test_expandable_segments_ignored_with_the_warning_is_warned(fake_gpu):
 def test_corrupted_canary_fails(fake_gpu):
     import rocmcheck
 
-    with pytest.raises(rocmcheck.ProbeFailure, match=r"canary corrupted at cycle \d+: 786432 of 786432 words "
+    with pytest.raises(rocmcheck.ProbeFailure, match=r"canary corrupted at cycle \d+ under \w+_ALLOC_CONF="
+                                                     r"'expandable_segments:True': 786432 of 786432 words "
                                                      r"changed \(786432 now zero\)"):
         fake_gpu("canary-corrupt")
 
 
 def test_reserved_memory_growing_every_cycle_fails(fake_gpu):
-    with pytest.raises(AssertionError, match=r"kept growing: .* \(\+138\.0 MiB per cycle\)"):
+    with pytest.raises(AssertionError, match=r"kept growing: .* \(\+138\.0 MiB per cycle\) while the step pattern "
+                                             r"repeats, under \w+_ALLOC_CONF='expandable_segments:True'$"):
         fake_gpu("reserved-growth")
 
 
-def _known_issue_ids(probe, status, message, backend=None):
+GROWTH_ISSUES = {"reserved-growth-expandable-split", "reserved-growth-expandable-split-cuda"}
+
+
+@pytest.mark.parametrize("setting, backend, torch_version, issues", [
+    # allocator[expandable-split128] on an H100, torch 2.11.0+cu130: +47.5 MiB per cycle, while [expandable] and
+    # [gc-split128] stayed flat. get_free_block refuses free blocks >= max_split_size inside an expandable segment
+    # for smaller requests, so a freed region fenced off by a live small block is never reused (pytorch #123548)
+    ("expandable-split128", "cuda", "2.11.0+cu130", {"reserved-growth-expandable-split-cuda"}),
+    ("expandable-split128", "cuda", "2.2.2+cu121", set()),  # no evidence before 2.3 (the pair could assert: #119452)
+    ("expandable-split128", "rocm", "2.12.0+rocm7.2", {"reserved-growth-expandable-split"}),  # gfx1201, the issue
+    ("expandable-split128", "rocm", "2.9.1+rocm6.4", set()),  # ROCm wheels before 2.12 ignore expandable_segments
+    ("expandable", "cuda", "2.11.0+cu130", set()),  # either option alone: a growth is some other fault
+    ("gc-split128", "rocm", "2.12.0+rocm7.2", set()),
+    ("default", "cuda", "2.11.0+cu130", set()),
+])
+def test_reserved_growth_names_the_upstream_issue_only_under_both_options(fake_gpu, setting, backend, torch_version,
+                                                                          issues):
+    with pytest.raises(AssertionError, match="kept growing") as failure:
+        fake_gpu("reserved-growth", setting=setting)
+    message = str(failure.value)
+    assert message.endswith("under the allocator's defaults" if setting == "default" else
+                            f"ALLOC_CONF={probe_module('allocator').SETTINGS[setting]!r}"), message
+    assert set(_known_issue_ids("allocator", "fail", message, backend, torch_version)) & GROWTH_ISSUES == issues
+
+
+@pytest.mark.parametrize("conf, named", [
+    ("max_split_size_mb:128,expandable_segments:True", True),  # the order pytorch #123548's reproducer used
+    ("expandable_segments: true, max_split_size_mb:512", True),
+    ("expandable_segments:False,max_split_size_mb:128", False),
+])
+def test_the_growth_issue_reads_the_options_in_any_order(conf, named):
+    message = (f"reserved-minus-allocated kept growing: peak 8345 -> 9865 MiB over the last 32 cycles (+47.5 MiB per "
+               f"cycle) while the step pattern repeats, under PYTORCH_ALLOC_CONF={conf!r}")
+    ids = set(_known_issue_ids("allocator", "fail", message, "cuda", "2.11.0+cu130"))
+    assert (ids & GROWTH_ISSUES == {"reserved-growth-expandable-split-cuda"}) is named and len(ids & GROWTH_ISSUES) <= 1
+
+
+def test_out_of_memory_names_the_setting_not_torchs_own_hint(fake_gpu, monkeypatch):
+    """torch's OOM text suggests expandable_segments:True; only the setting in effect decides the known issue."""
+    import torch
+
+    hint = ("CUDA out of memory. Tried to allocate 300.00 MiB. GPU 0 has a total capacity of 79.19 GiB. If reserved "
+            "but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+            "fragmentation.")
+    original, calls = torch.empty, []
+
+    def empty(*args, **kwargs):  # the 20th allocation (in cycle 4, after the canary) fails
+        calls.append(args)
+        if len(calls) == 20:
+            raise torch.cuda.OutOfMemoryError(hint)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "empty", empty)
+    for setting, issues in (("gc-split128", set()), ("expandable-split128", {"reserved-growth-expandable-split-cuda"})):
+        calls.clear()
+        with pytest.raises(AssertionError, match=r"out of memory at cycle \d+ under \w+_ALLOC_CONF='") as failure:
+            fake_gpu(setting=setting)
+        message = str(failure.value)
+        assert hint in message
+        assert set(_known_issue_ids("allocator", "fail", message, "cuda", "2.11.0")) & GROWTH_ISSUES == issues
+
+
+def _known_issue_ids(probe, status, message, backend=None, torch_version=None):
     from rocmcheck.knowledge import known_issues
     from rocmcheck.model import Status, Verdict
 
-    fingerprint = {"device_facts": {"backend": backend}} if backend else {}
+    facts = {k: v for k, v in (("backend", backend), ("torch", torch_version)) if v}
+    fingerprint = {"device_facts": facts} if facts else {}
     return [k["id"] for k in known_issues.match(Verdict(probe, probe, Status(status), message=message), fingerprint)]
 
 
