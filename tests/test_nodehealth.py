@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -238,6 +239,19 @@ def test_h100_with_ecc_off_skips_and_garbage_xml_is_a_value_error():
     for garbage in ("<nvidia_smi_log><gpu id=", "<html></html>"):
         with pytest.raises(ValueError, match="not an nvidia-smi XML document"):
             nodehealth.parse_nvidia_smi(garbage)
+
+
+def test_a_truncated_document_names_the_line_and_column_in_the_verdict(tmp_path, monkeypatch):
+    """The parse error reaches the verdict through the redaction every message goes through;
+    expat's "unclosed token: line N, column M" must keep its place."""
+    from rocmcheck import safetext
+
+    cut = tmp_path / "cut.xml"
+    cut.write_text(H100[:H100.index("<pci_bus>19") + 5])
+    monkeypatch.setenv(nodehealth.SMI_XML_ENV, str(cut))
+    health = nodehealth.read_nvidia(["0000:19:00.0"])["0000:19:00.0"]
+    text = safetext.clean(nodehealth.judge(health, health, 0).message)
+    assert re.search(r"unclosed token: line \d+, column \d+", text), text
 
 
 class FakeNVMLError(Exception):
