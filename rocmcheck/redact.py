@@ -92,6 +92,8 @@ def _key_value(m: "re.Match[str]") -> Span:
         return None
     group = next(g for g in ("q1", "q2", "bare") if m.group(g) is not None)
     value = m.group(group)
+    if group == "bare" and _PARSER_LOCATION.match(m.string, m.start(group)):
+        return None  # a parser's place, not a value: expat's "unclosed token: line 5, column 11"
     code = group == "bare" and (value in CODE_WORDS or m.string[m.end():m.end() + 1] in ("(", "["))
     if code or _IDENTIFIER.fullmatch(value) and secret_key(value):
         return None  # `token=token`, `"TOKEN_ENV": "ROCMCHECK_CHILD_TOKEN"`, `token: str`, `key = f(...)`
@@ -141,6 +143,9 @@ def _token(m: "re.Match[str]") -> Span:
 VALUE_RULES: Tuple[Rule, ...] = (*(Rule(kind, pattern, _token) for kind, pattern in TOKEN_SHAPES), *CONTEXT_RULES)
 
 _IDENTIFIER = re.compile(r"[\w.-]+")
+# Where a parser stopped, as expat and Python's parsers say it after a colon. Only the bare word
+# `line` followed by this shape is spared, so a real value after `token:` still goes.
+_PARSER_LOCATION = re.compile(r"line \d+, column \d+\b")
 _ENV_STYLE = re.compile(r"[A-Z][A-Z0-9_]*")
 _PEM_BEGIN = re.compile(r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
 _PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")

@@ -190,7 +190,8 @@ def _verdict_and_fingerprint(entry, message):
              "backend": entry.get("backend", "rocm")}
     facts.update({k: _version_in(entry[k]) for k in ("hip", "rocm", "cuda") if k in entry})
     host = {"system": entry.get("os", ["linux"])[0].split()[0].capitalize(),
-            "wsl": "wsl" in entry.get("os", [""])[0], "python": _version_in(entry.get("python", ">=3.9"))}
+            "wsl": "wsl" in entry.get("os", [""])[0], "python": _version_in(entry.get("python", ">=3.9")),
+            "cpu_flags": ["avx", "avx2", *entry.get("cpu_flags", [])]}
     arch = _concrete(entry.get("arch", ["gfx1100"])[0])
     fingerprint = {"device_facts": facts, "host": host, "device": {"arch": arch}}
     return verdict, fingerprint
@@ -225,6 +226,12 @@ def test_every_known_issue_matches_its_failure_and_no_near_miss(entry):
     if "backend" in entry:
         other = {**fingerprint["device_facts"], "backend": "cuda" if entry["backend"] == "rocm" else "rocm"}
         misses["another backend"] = (verdict, {**fingerprint, "device_facts": other})
+    for flag in entry.get("cpu_flags", []):
+        fewer = [f for f in fingerprint["host"]["cpu_flags"] if f != flag]
+        host = {**fingerprint["host"], "cpu_flags": fewer}
+        misses[f"a CPU without {flag}"] = (verdict, {**fingerprint, "host": host})
+    if "cpu_flags" in entry:
+        misses["no /proc/cpuinfo"] = (verdict, {**fingerprint, "host": {**fingerprint["host"], "cpu_flags": None}})
     for key in ("torch", "hip", "rocm", "cuda"):
         if key in entry:
             outside = next(v for v in ("0.0.1", "999.0") if not known_issues.in_range(v, entry[key]))
@@ -251,6 +258,37 @@ def test_left_padded_nan_grads_on_old_torch_name_exactly_the_torch_issue(torch_v
                       message="left-pad: dk has 19 NaN/Inf; left-pad: dv has 19 NaN/Inf",
                       evidence={"output_tail": "case v-strided error 0.0\ncase left-pad ..."})
     fingerprint = {"device_facts": {"torch": torch_version, "backend": backend}, "device": {"arch": "gfx942"}}
+    assert sorted(_ids(verdict, fingerprint)) == expected
+
+
+# The `flags` line of a Sapphire Rapids Xeon's /proc/cpuinfo, cut to the vector and matrix sets and a
+# few neighbours (names from the kernel's arch/x86/include/asm/cpufeatures.h; the lscpu flags quoted
+# in pytorch/pytorch#144021 for a Xeon Platinum 8475B carry the same avx512_fp16 amx_bf16 amx_tile).
+SPR_CPUINFO = ("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8475B\n"
+               "flags\t\t: fpu sse sse2 avx f16c fma avx2 avx512f avx512bw avx512_bf16 avx512_fp16 amx_bf16 "
+               "amx_tile amx_int8 arat\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+
+
+def test_cpu_flags_are_the_first_flags_lines_vector_and_matrix_sets(tmp_path):
+    from rocmcheck.host import fingerprint
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text(SPR_CPUINFO)
+    assert fingerprint.cpu_flags(tmp_path) == ["amx_bf16", "amx_int8", "amx_tile", "avx", "avx2", "avx512_bf16",
+                                               "avx512_fp16", "avx512bw", "avx512f", "f16c", "fma"]
+    assert fingerprint.cpu_flags(tmp_path / "nothing") is None
+
+
+@pytest.mark.parametrize("torch_version, flags, expected", [
+    ("2.5.1+cu124", ["avx512_fp16", "amx_tile", "avx2"], ["sdpa-cpu-flash-fp16-sigill-torch-2.5.1"]),
+    ("2.5.1+cu124", ["avx512_fp16", "avx2"], []),  # no AMX: not the CPU it was seen on
+    ("2.5.1+cu124", None, []),  # no /proc/cpuinfo to say
+    ("2.4.1+cu121", ["avx512_fp16", "amx_tile"], []),
+])
+def test_the_sigill_of_cpu_flash_fp16_is_named_only_on_torch_2_5_1_and_an_avx512_fp16_amx_cpu(
+        torch_version, flags, expected):
+    verdict = Verdict("attention-sdpa", "attention-sdpa[flash-fp16]", Status.CRASH, message="crashed: SIGILL")
+    fingerprint = {"device_facts": {"torch": torch_version, "backend": "cpu"}, "host": {"cpu_flags": flags}}
     assert sorted(_ids(verdict, fingerprint)) == expected
 
 

@@ -3,7 +3,9 @@
 a stand-in for nvidia-ml-py's `pynvml`; one end-to-end gate on two (fake) GPUs."""
 from __future__ import annotations
 
+import ctypes
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -140,25 +142,94 @@ def h100(**edits: str) -> nodehealth.GpuHealth:
 def test_a_healthy_h100_from_nvidia_smi_passes_and_says_its_source():
     health = h100()
     assert health.ue == {"sram_uncorrectable_parity": 0, "sram_uncorrectable_secded": 0, "dram_uncorrectable": 0}
-    assert health.pages == {"retired": 0, "pending": 0, "failed": 0} and health.throttle == []
+    assert health.pages == {} and health.rows == {"correctable": 0, "uncorrectable": 0} and health.throttle == []
+    assert health.flags == {"remapped_row_pending": False, "remapped_row_failure": False,
+                            "sram_threshold_exceeded": False, "reset_required": False,
+                            "drain_and_reset_recommended": False}  # pending_retirement: N/A on Hopper
     assert (health.pcie_replays, health.power_w, health.power_cap_w) == (0, 71.5, 700.0)
     finding = nodehealth.judge(health, health, 0)
     assert finding.status == "pass" and "from nvidia-smi -q -x" in finding.message
 
 
-@pytest.mark.parametrize("old, new, status, words", [
+RESET = "drain the node; reset GPU 2 (0000:19:00.0) (nvidia-smi -r) once its jobs have ended"
+REPLACE = "drain the node; replace GPU 2 (0000:19:00.0) (NVIDIA's field diagnostic confirms an RMA)"
+
+
+@pytest.mark.parametrize("old, new, status, words, action", [
     ("<dram_uncorrectable>0</dram_uncorrectable>", "<dram_uncorrectable>4</dram_uncorrectable>", "fail",
-     "4 uncorrectable errors since boot (dram_uncorrectable 4)"),
-    ("<remapped_row_pending>No</", "<remapped_row_pending>Yes</", "fail", "1 bad memory pages pending retirement"),
-    ("<remapped_row_failure>No</", "<remapped_row_failure>Yes</", "fail", "1 bad memory pages that could not be"),
+     "4 uncorrectable errors since boot (dram_uncorrectable 4)",
+     "drain the node; reset or replace GPU 2 (0000:19:00.0)"),
+    # NVIDIA's words: a row remap waits for a GPU reset; a failed one is the DRAM RMA criterion
+    ("<remapped_row_pending>No</", "<remapped_row_pending>Yes</", "fail",
+     "a row remap is pending (remapped_row_pending): it takes effect at the next GPU reset", RESET),
+    ("<remapped_row_failure>No</", "<remapped_row_failure>Yes</", "fail",
+     "a row remap failed (remapped_row_failure): NVIDIA's DRAM memory RMA policy criterion", REPLACE),
+    # the L2 memory RMA policy: the flag set is the replacement criterion, whatever the counters say
+    ("<sram_threshold_exceeded>No</", "<sram_threshold_exceeded>Yes</", "fail",
+     "(sram_threshold_exceeded): the L2 memory RMA policy criterion for replacing the GPU is met", REPLACE),
+    ("<reset_required>No</", "<reset_required>Yes</", "fail", "the driver says the GPU needs a reset", RESET),
+    ("<drain_and_reset_recommended>No</", "<drain_and_reset_recommended>Yes</", "fail",
+     "the driver recommends draining the GPU and resetting it", RESET),
     ("<clocks_event_reason_hw_thermal_slowdown>Not Active</", "<clocks_event_reason_hw_thermal_slowdown>Active</",
-     "warn", "throttled at idle: throttle reason hw_thermal_slowdown active"),
+     "warn", "throttled at idle: throttle reason hw_thermal_slowdown active", None),
 ])
-def test_h100_verdicts(old, new, status, words):
+def test_h100_verdicts(old, new, status, words, action):
     bad = h100(**{old: new})
     finding = nodehealth.judge(bad, bad, 2)
-    assert finding.status == status and words in finding.message
-    assert (finding.action == "drain the node; reset or replace GPU 2 (0000:19:00.0)") is (status == "fail")
+    assert finding.status == status and words in finding.message, finding.message
+    assert "pages" not in finding.message and finding.action == action
+
+
+def test_pending_retirement_printed_under_two_names_is_one_status():
+    """nvidia-smi prints NVML's one boolean (nvmlDeviceGetRetiredPagesPendingStatus) as both
+    pending_blacklist and pending_retirement: one pending status, never a count of two pages."""
+    both = h100(**{"<pending_blacklist>N/A</": "<pending_blacklist>Yes</",
+                   "<pending_retirement>N/A</": "<pending_retirement>Yes</"})
+    one = h100(**{"<pending_blacklist>N/A</": "<pending_blacklist>Yes</"})
+    assert both.flags["pending_retirement"] is one.flags["pending_retirement"] is True
+    finding = nodehealth.judge(both, both, 2)
+    assert finding.status == "fail" and finding.action == RESET
+    assert finding.message.count("a page retirement is pending (pending_retirement)") == 1
+    assert "2 " not in finding.message.split(": ", 1)[1]
+
+
+def h100_r580(**edits: str) -> nodehealth.GpuHealth:
+    text = (FIXTURES / "h100-r580.xml").read_text()
+    for old, new in edits.items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return nodehealth.parse_nvidia_smi(text)["0000:19:00.0"]
+
+
+def test_the_newest_layout_passes_healthy_and_deprecated_reset_fields_are_no_answer():
+    health = h100_r580()
+    assert health.recovery_action is None and "reset_required" not in health.flags
+    assert health.flags["channel_repair_pending"] is health.flags["tpc_repair_pending"] is False
+    assert nodehealth.judge(health, health, 0).status == "pass"
+
+
+@pytest.mark.parametrize("old, new, words, action", [
+    ("<gpu_recovery_action>None</", "<gpu_recovery_action>Reset</", "recovery action is 'Reset'", RESET),
+    ("<gpu_recovery_action>None</", "<gpu_recovery_action>Reboot</", "recovery action is 'Reboot'",
+     "drain the node; reboot it"),
+    ("<gpu_recovery_action>None</", "<gpu_recovery_action>Drain P2P</", "recovery action is 'Drain P2P'",
+     "drain the node; end the jobs that use peer-to-peer traffic with GPU 2 (0000:19:00.0), then read its "
+     "recovery action again"),
+    ("<gpu_recovery_action>None</", "<gpu_recovery_action>Drain and Reset</", "'Drain and Reset'", RESET),
+    ("<channel_repair_pending>No</", "<channel_repair_pending>Yes</", "an HBM channel repair is pending", RESET),
+    ("<tpc_repair_pending>No</", "<tpc_repair_pending>Yes</", "a TPC repair is pending", RESET),
+])
+def test_newest_layout_recovery_action_and_repair_flags_are_no_go_with_nvidias_action(old, new, words, action):
+    bad = h100_r580(**{old: new})
+    finding = nodehealth.judge(bad, bad, 2)
+    assert finding.status == "fail" and words in finding.message and finding.action == action
+
+
+def test_the_strongest_action_wins_and_describe_names_the_flags():
+    bad = h100_r580(**{"<channel_repair_pending>No</": "<channel_repair_pending>Yes</",
+                       "<sram_threshold_exceeded>No</": "<sram_threshold_exceeded>Yes</"})
+    assert nodehealth.judge(bad, bad, 2).action == REPLACE
+    assert "sram_threshold_exceeded; channel_repair_pending" in nodehealth.describe(bad)
 
 
 def test_h100_with_ecc_off_skips_and_garbage_xml_is_a_value_error():
@@ -170,18 +241,47 @@ def test_h100_with_ecc_off_skips_and_garbage_xml_is_a_value_error():
             nodehealth.parse_nvidia_smi(garbage)
 
 
+def test_a_truncated_document_names_the_line_and_column_in_the_verdict(tmp_path, monkeypatch):
+    """The parse error reaches the verdict through the redaction every message goes through;
+    expat's "unclosed token: line N, column M" must keep its place."""
+    from rocmcheck import safetext
+
+    cut = tmp_path / "cut.xml"
+    cut.write_text(H100[:H100.index("<pci_bus>19") + 5])
+    monkeypatch.setenv(nodehealth.SMI_XML_ENV, str(cut))
+    health = nodehealth.read_nvidia(["0000:19:00.0"])["0000:19:00.0"]
+    text = safetext.clean(nodehealth.judge(health, health, 0).message)
+    assert re.search(r"unclosed token: line \d+, column \d+", text), text
+
+
 class FakeNVMLError(Exception):
     pass
 
 
-def fake_pynvml(ue: int = 0, remapped=(0, 0, False, False), reasons: int = 0x1):
-    """A stand-in for nvidia-ml-py's `pynvml`: one H100 at 0000:19:00.0."""
+class SramStatus(ctypes.Structure):
+    """nvmlEccSramErrorStatus_v1_t as far as node-health reads it."""
+    _fields_ = [("version", ctypes.c_uint), ("bThresholdExceeded", ctypes.c_uint)]
+
+
+def fake_pynvml(ue: int = 0, remapped=(0, 0, False, False), reasons: int = 0x1, sram: int = 0, repair=(0, 0),
+                fields=None):
+    """A stand-in for nvidia-ml-py's `pynvml`: one H100 at 0000:19:00.0. `fields` maps an NVML field
+    id to its value (absent: NVML answers NVML_ERROR_NOT_SUPPORTED, 3, for that field)."""
     calls = []
+    fields = {230: 0, 226: 0, 227: 0} if fields is None else fields
 
     def remapped_rows(handle):
         if remapped is None:
             raise FakeNVMLError("Not Supported")
         return remapped
+
+    def sram_status(handle, ref):
+        ref._obj.bThresholdExceeded = sram
+        return 0  # NVML_SUCCESS, as pynvml returns it
+
+    def field_values(handle, ids):
+        return [SimpleNamespace(fieldId=i, nvmlReturn=0 if i in fields else 3,
+                                value=SimpleNamespace(uiVal=fields.get(i, 0))) for i in ids]
 
     return calls, SimpleNamespace(
         NVMLError=FakeNVMLError, NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1, NVML_MEMORY_ERROR_TYPE_CORRECTED=0,
@@ -191,6 +291,8 @@ def fake_pynvml(ue: int = 0, remapped=(0, 0, False, False), reasons: int = 0x1):
         nvmlDeviceGetPciInfo=lambda h: SimpleNamespace(busId=b"00000000:19:00.0"),
         nvmlDeviceGetTotalEccErrors=lambda h, kind, counter: ue if kind == 1 else 7,
         nvmlDeviceGetRetiredPagesPendingStatus=lambda h: 0, nvmlDeviceGetRemappedRows=remapped_rows,
+        c_nvmlEccSramErrorStatus_v1_t=SramStatus, nvmlDeviceGetSramEccErrorStatus=sram_status,
+        nvmlDeviceGetRepairStatus=lambda h: list(repair), nvmlDeviceGetFieldValues=field_values,
         nvmlDeviceGetCurrentClocksEventReasons=lambda h: reasons, nvmlDeviceGetPcieReplayCounter=lambda h: 0,
         nvmlDeviceGetTemperature=lambda h, sensor: 33, nvmlDeviceGetPowerUsage=lambda h: 71500,
         nvmlDeviceGetEnforcedPowerLimit=lambda h: 700000)
@@ -208,6 +310,30 @@ def test_nvml_readings_are_judged_like_nvidia_smis():
     assert any("nvmlDeviceGetRemappedRows (Not Supported)" in n for n in bad.not_exposed)
     assert bad.throttle == ["sw_power_cap"]
     assert nodehealth.judge(bad, bad, 1).status == "fail"
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"sram": 1}, "(sram_threshold_exceeded): the L2 memory RMA policy criterion"),
+    ({"repair": (1, 0)}, "an HBM channel repair is pending"),
+    ({"repair": (0, 1)}, "a TPC repair is pending"),
+    ({"remapped": (0, 3, True, False)}, "a row remap is pending (remapped_row_pending)"),
+    ({"fields": {230: 4, 226: 0, 227: 0}}, "the driver's recovery action is 'Drain and Reset'"),
+    ({"fields": {230: 0, 226: 1, 227: 0}}, "the driver says the GPU needs a reset (reset_required)"),
+])
+def test_nvml_reads_the_same_flags_and_recovery_action_as_nvidia_smi(kwargs, words):
+    _, nvml = fake_pynvml(**kwargs)
+    health = nodehealth.read_nvml(nvml)["0000:19:00.0"]
+    finding = nodehealth.judge(health, health, 0)
+    assert finding.status == "fail" and words in finding.message and "pages" not in finding.message
+
+
+def test_nvml_without_the_newer_calls_names_what_it_could_not_read():
+    _, nvml = fake_pynvml(fields={230: 0})  # a driver that deprecated the two reset fields
+    del nvml.nvmlDeviceGetRepairStatus  # nvidia-ml-py older than the call
+    health = nodehealth.read_nvml(nvml)["0000:19:00.0"]
+    assert "NVML field 226 (return 3)" in health.not_exposed and "NVML field 227 (return 3)" in health.not_exposed
+    assert any(n.startswith("NVML nvmlDeviceGetRepairStatus") for n in health.not_exposed)
+    assert nodehealth.judge(health, health, 0).status == "pass"
 
 
 def test_without_nvml_or_nvidia_smi_each_gpu_names_both(monkeypatch):

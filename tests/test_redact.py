@@ -151,6 +151,7 @@ def test_context_forms_in_any_case(text, secret):
     "env={TOKEN_ENV: token}", '{"TOKEN_ENV": "ROCMCHECK_CHILD_TOKEN"}', "KeyError: 'weight'", "http://localhost:8080/x",
     "git@github.com:ROCm/ROCm.git", "hf_hub_download(repo_id)", "the bearer of bad news",
     "ROCm 6.4 gfx942:sramecc+:xnack-",
+    "not an nvidia-smi XML document: unclosed token: line 5, column 11",  # expat's place, not a token
 ])
 def test_near_misses_stay(text):
     redactor = Redactor()
@@ -221,3 +222,12 @@ def test_clean_redacts_then_keeps_head_and_tail_of_a_huge_message():
     assert len(out) == TEXT_LIMIT_CHARS and secret not in out and out.startswith("start xxx")
     assert out.endswith(f"token {REDACTED} end") and f"characters, cut to {TEXT_LIMIT_CHARS} by rocmcheck ...]" in out
     assert clean(out) == out  # a cleaned text is clean: the journal and the report may clean again
+
+
+@pytest.mark.parametrize("text, secret", [
+    ("token: line5column11", "line5column11"), ("token: lines 5, column 11", "lines"),
+    ("password: line 5 column 11", "line"), ("token: line 5, columns", "line"),
+])
+def test_only_a_parsers_exact_place_is_spared_after_a_secret_key(text, secret):
+    redactor = Redactor()
+    assert secret not in redactor.text(text).split(": ", 1)[1] and redactor.counts() == {"secret-named value": 1}

@@ -78,6 +78,22 @@ def kfd_gfx_targets() -> List[int]:
     return hostgpu.read_kfd_targets(hostgpu.host_root())
 
 
+# The CPU's vector and matrix instruction sets, as /proc/cpuinfo's `flags` line names them
+# (arch/x86/include/asm/cpufeatures.h): what decides which CPU kernel torch and oneDNN pick, and so
+# what a known issue of one CPU kernel is scoped by (see known_issues, `cpu_flags`).
+CPU_FLAG_PREFIXES = ("avx", "amx", "fma", "f16c")
+
+
+def cpu_flags(root: Optional[Path] = None) -> Optional[List[str]]:
+    """The CPU's SIMD and AMX flags from `<host root>/proc/cpuinfo` (its first `flags` line);
+    None where there is no such file (Windows, macOS) or no x86 `flags` line."""
+    text = guarded(lambda: ((root or hostgpu.host_root()) / "proc/cpuinfo").read_text(errors="replace"))
+    line = next((ln for ln in (text or "").splitlines() if ln.split(":", 1)[0].strip() == "flags"), None)
+    if line is None:
+        return None
+    return sorted({f for f in line.split(":", 1)[1].split() if f.startswith(CPU_FLAG_PREFIXES)})
+
+
 def host_facts() -> Dict[str, Any]:
     """Facts readable without torch or a GPU."""
     return {
@@ -86,6 +102,7 @@ def host_facts() -> Dict[str, Any]:
         "kernel": guarded(platform.release),
         "wsl": guarded(is_wsl),
         "machine": platform.machine(),
+        "cpu_flags": cpu_flags(),
         "python": sys.version.split()[0],
         "python_impl": platform.python_implementation(),
         "kernel_cmdline": kernel_cmdline(),

@@ -20,13 +20,33 @@ AMD, under the GPU's PCI function (`/sys/bus/pci/devices/<address>`, which
 A consumer card has no `ras/` folder: its error counters are not exposed, and the verdict says so.
 
 NVIDIA: NVML through the `nvidia-ml-py` bindings (`pip install 'rocmcheck[nvidia]'`) when they
-import, else `nvidia-smi -q -x`; every reading names its source. Every path is read under
+import, else `nvidia-smi -q -x`; every reading names its source. Besides the ECC counters the driver
+keeps yes/no flags, judged as NVIDIA's "GPU Memory Error Management" note says
+(https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/, pages "Error Recovery and Response
+Flags", "Row Remapping" and "RMA Policy"):
+- `remapped_row_pending`: a row remap waits for the next GPU reset; `remapped_row_failure`: a remap
+  failed, the DRAM memory RMA policy's replacement criterion (nvmlDeviceGetRemappedRows);
+- `sram_threshold_exceeded`: SRAM uncorrectable errors past the L2 memory RMA policy's threshold,
+  its replacement criterion (nvmlDeviceGetSramEccErrorStatus, which needs root);
+- `pending_retirement` (pre-Ampere page retirement): one status that nvidia-smi prints twice, also
+  as `pending_blacklist` (NVML has one call, nvmlDeviceGetRetiredPagesPendingStatus, one boolean);
+  applied by a GPU reset or a driver reload;
+- `gpu_recovery_action` (None, Reset, Reboot, Drain P2P, Drain and Reset), the action the driver asks
+  for after an uncorrectable error (NVML field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION), and the older
+  `reset_required` / `drain_and_reset_recommended` it supersedes (fields NVML_FI_DEV_RESET_STATUS and
+  NVML_FI_DEV_DRAIN_AND_RESET_STATUS; drivers from 575 print "Requested functionality has been
+  deprecated" there, which is no answer);
+- `channel_repair_pending` / `tpc_repair_pending` (newest drivers, nvmlDeviceGetRepairStatus): an HBM
+  channel or TPC repair is pending. NVIDIA's note describes channel repair (a spare HBM channel on
+  Blackwell, "recovered and ready to use" once done) but states no action for the pending flag; it is
+  judged like a pending row remap, which a GPU reset applies. Every path is read under
 `hostgpu.host_root()`; `ROCMCHECK_NVIDIA_SMI_XML` names a captured document that stands in for
 the command. Nothing here raises on a missing, unreadable or garbage file: the file is named
 (`not_exposed`, `unreadable`) and the verdict says so.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -51,12 +71,14 @@ THROTTLE_BITS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal_slow
 _COUNT_LINE = re.compile(r"^(ue|ce|de):\s*(\d+)$")
 _PAGE_LINE = re.compile(r"^0x[0-9a-fA-F]+\s*:\s*0x[0-9a-fA-F]+\s*:\s*([RPF])$")
 PAGE_FLAGS = {"R": "retired", "P": "pending", "F": "failed"}
+RESET_FLAGS = {"reset_required", "drain_and_reset_recommended"}  # NVIDIA flags that are no memory error counter
 
 
 @dataclass
 class GpuHealth:
     """One GPU's counters as read now. `ue`/`ce`/`de` are per block (AMD) or per memory kind
-    (NVIDIA); `pages` counts retired, pending and failed pages (or remapped rows)."""
+    (NVIDIA); `pages` counts retired, pending and failed pages (AMD) or retired pages (NVIDIA before
+    Ampere); `rows` and `flags` are NVIDIA's row remapper and yes/no flags (see the module)."""
 
     address: str
     vendor: str
@@ -71,12 +93,15 @@ class GpuHealth:
     power_w: Optional[float] = None
     power_cap_w: Optional[float] = None
     throttle: List[str] = field(default_factory=list)  # active throttle reasons (NVIDIA)
+    rows: Dict[str, int] = field(default_factory=dict)  # NVIDIA rows remapped for correctable/uncorrectable errors
+    flags: Dict[str, bool] = field(default_factory=dict)  # NVIDIA's yes/no flags that were stated, by nvidia-smi name
+    recovery_action: Optional[str] = None  # NVIDIA's gpu_recovery_action, as nvidia-smi words it
     not_exposed: List[str] = field(default_factory=list)  # counters the driver does not expose: file or library
     unreadable: List[str] = field(default_factory=list)  # files there but unreadable or garbage, with why
 
     @property
     def has_error_counters(self) -> bool:
-        return bool(self.ue or self.ce or self.pages)
+        return bool(self.ue or self.ce or self.pages or self.rows or set(self.flags) - RESET_FLAGS)
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -217,8 +242,25 @@ def _float_of(text: Optional[str]) -> Optional[float]:
     return float(m.group(1)) if m else None
 
 
-def _yes(text: Optional[str]) -> bool:
-    return (text or "").strip().lower() == "yes"
+# nvidia-smi's yes/no flags, each by the tags it is printed under (the retirement status twice).
+SMI_FLAGS = {"pending_retirement": ("pending_retirement", "pending_blacklist"),
+             **{name: (name,) for name in ("remapped_row_pending", "remapped_row_failure", "sram_threshold_exceeded",
+                                           "channel_repair_pending", "tpc_repair_pending", "reset_required",
+                                           "drain_and_reset_recommended")}}
+# What a GPU reports when the driver asks for nothing, or cannot say.
+NO_ACTION = ("none", "n/a", "")
+
+
+def _smi_flags(gpu: ET.Element) -> Dict[str, bool]:
+    """Each flag that says Yes or No (not N/A, not "Requested functionality has been deprecated");
+    a flag printed under two names is one status, Yes if either says so."""
+    found = {}
+    for name, tags in SMI_FLAGS.items():
+        said = [(node.text or "").strip().lower() for tag in tags for node in gpu.iter(tag)]
+        said = [v for v in said if v in ("yes", "no")]
+        if said:
+            found[name] = "yes" in said
+    return found
 
 
 def _smi_gpu(gpu: ET.Element) -> GpuHealth:
@@ -235,16 +277,17 @@ def _smi_gpu(gpu: ET.Element) -> GpuHealth:
         n = _int_of(node.text)
         if n is not None and "correctable" in node.tag:
             (health.ue if "uncorrectable" in node.tag else health.ce)[node.tag] = n
-    retired = [_int_of(gpu.findtext(f"retired_pages/{kind}/retired_count"))
-               for kind in ("multiple_single_bit_retirement", "double_bit_retirement")]
-    remapped = _int_of(gpu.findtext("remapped_rows/remapped_row_unc"))
-    counts = [n for n in (*retired, remapped) if n is not None]
-    flags = {"pending": [gpu.findtext("retired_pages/pending_retirement"),
-                         gpu.findtext("retired_pages/pending_blacklist"),
-                         gpu.findtext("remapped_rows/remapped_row_pending")],
-             "failed": [gpu.findtext("remapped_rows/remapped_row_failure")]}
-    if counts or any(v is not None and v.strip() != "N/A" for vs in flags.values() for v in vs):
-        health.pages = {"retired": sum(counts), **{k: sum(map(_yes, vs)) for k, vs in flags.items()}}
+    retired = [n for n in (_int_of(gpu.findtext(f"retired_pages/{kind}/retired_count"))
+                           for kind in ("multiple_single_bit_retirement", "double_bit_retirement")) if n is not None]
+    if retired:
+        health.pages = {"retired": sum(retired)}
+    for kind, tag in (("correctable", "remapped_row_corr"), ("uncorrectable", "remapped_row_unc")):
+        n = _int_of(gpu.findtext(f"remapped_rows/{tag}"))
+        if n is not None:
+            health.rows[kind] = n
+    health.flags = _smi_flags(gpu)
+    action = (gpu.findtext("gpu_recovery_action") or "").strip()
+    health.recovery_action = action if action.lower() not in NO_ACTION else None
     if not health.has_error_counters:
         health.not_exposed.append("ECC counters (nvidia-smi shows ECC off or not supported)")
     reasons = gpu.find("clocks_event_reasons")
@@ -289,6 +332,42 @@ def _nvml_call(nvml: Any, health: GpuHealth, name: str, *args: Any) -> Any:
         return None
 
 
+# nvmlGpuRecoveryAction_t, worded as nvidia-smi prints it (the last three by nvml.h's comments).
+RECOVERY_ACTIONS = {1: "Reset", 2: "Reboot", 3: "Drain P2P", 4: "Drain and Reset", 5: "Recover IMEX Domain",
+                    6: "Bus Reset", 7: "System Reboot"}
+FI_RESET_STATUS, FI_DRAIN_AND_RESET_STATUS, FI_GPU_RECOVERY_ACTION = 226, 227, 230  # nvml.h NVML_FI_DEV_*
+
+
+def _nvml_flags(nvml: Any, health: GpuHealth, handle: Any) -> None:
+    """The flags nvidia-smi prints, from the NVML calls behind them (see the module)."""
+    pending = _nvml_call(nvml, health, "nvmlDeviceGetRetiredPagesPendingStatus", handle)
+    if pending is not None:
+        health.flags["pending_retirement"] = bool(pending)
+    rows = _nvml_call(nvml, health, "nvmlDeviceGetRemappedRows", handle)  # (corr, unc, pending, failure)
+    if rows is not None:
+        health.rows = {"correctable": int(rows[0]), "uncorrectable": int(rows[1])}
+        health.flags.update(remapped_row_pending=bool(rows[2]), remapped_row_failure=bool(rows[3]))
+    status_type = getattr(nvml, "c_nvmlEccSramErrorStatus_v1_t", None)
+    status = status_type() if status_type is not None else None
+    if status is not None and _nvml_call(nvml, health, "nvmlDeviceGetSramEccErrorStatus", handle,
+                                         ctypes.byref(status)) is not None:
+        health.flags["sram_threshold_exceeded"] = bool(status.bThresholdExceeded)
+    repair = _nvml_call(nvml, health, "nvmlDeviceGetRepairStatus", handle)  # (channel, tpc)
+    if repair is not None:
+        health.flags.update(channel_repair_pending=bool(repair[0]), tpc_repair_pending=bool(repair[1]))
+    fields = _nvml_call(nvml, health, "nvmlDeviceGetFieldValues", handle,
+                        [FI_GPU_RECOVERY_ACTION, FI_RESET_STATUS, FI_DRAIN_AND_RESET_STATUS])
+    for value in fields or []:
+        if value.nvmlReturn != 0:  # this driver does not know the field (or deprecated it)
+            health.not_exposed.append(f"NVML field {value.fieldId} (return {value.nvmlReturn})")
+        elif value.fieldId == FI_GPU_RECOVERY_ACTION:
+            code = value.value.uiVal
+            health.recovery_action = RECOVERY_ACTIONS.get(code, f"recovery action {code}") if code else None
+        else:
+            name = "reset_required" if value.fieldId == FI_RESET_STATUS else "drain_and_reset_recommended"
+            health.flags[name] = bool(value.value.uiVal)
+
+
 def read_nvml(nvml: Any) -> Dict[str, GpuHealth]:
     """Each GPU NVML sees, by PCI address (`nvml` is the `pynvml` module of nvidia-ml-py)."""
     nvml.nvmlInit()
@@ -304,12 +383,7 @@ def read_nvml(nvml: Any) -> Dict[str, GpuHealth]:
                 n = _nvml_call(nvml, health, "nvmlDeviceGetTotalEccErrors", handle, kind, nvml.NVML_VOLATILE_ECC)
                 if n is not None:
                     target["volatile_total"] = int(n)
-            pending = _nvml_call(nvml, health, "nvmlDeviceGetRetiredPagesPendingStatus", handle)
-            rows = _nvml_call(nvml, health, "nvmlDeviceGetRemappedRows", handle)  # (corr, unc, pending, failure)
-            if pending is not None or rows is not None:
-                health.pages = {"retired": int(rows[1]) if rows else 0,
-                                "pending": int(bool(pending)) + (int(bool(rows[2])) if rows else 0),
-                                "failed": int(bool(rows[3])) if rows else 0}
+            _nvml_flags(nvml, health, handle)
             event = hasattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons")  # ThrottleReasons before driver 535
             named = "nvmlDeviceGetCurrentClocks" + ("EventReasons" if event else "ThrottleReasons")
             reasons = _nvml_call(nvml, health, named, handle)
@@ -403,6 +477,11 @@ def describe(health: GpuHealth) -> str:
             parts.append(f"{name} {sum(counts.values())}" + (f" ({_named(counts)})" if _named(counts) else ""))
     if health.pages:
         parts.append("bad pages " + ", ".join(f"{n} {kind}" for kind, n in health.pages.items()))
+    if health.rows:
+        parts.append("remapped rows " + ", ".join(f"{n} {kind}" for kind, n in health.rows.items()))
+    parts += [name for name, on in health.flags.items() if on]
+    if health.recovery_action:
+        parts.append(f"recovery action {health.recovery_action}")
     if health.pcie_replays is not None:
         parts.append(f"PCIe replays {health.pcie_replays}")
     parts += [f"{t['sensor']} {t['celsius']:g} C" + (f" (critical {t['critical']:g})" if t.get("critical") else "")
@@ -449,30 +528,67 @@ def throttled(health: GpuHealth) -> List[str]:
     return found
 
 
+# NVIDIA's flags that make a GPU NO-GO: what each says, and what is done about it (DRAIN_P2P, RESET,
+# REBOOT, REPLACE, ranked: a failure asks for the strongest action of its reasons).
+DRAIN_P2P, RESET, REBOOT, REPLACE = 1, 2, 3, 4
+FLAG_FINDINGS = {
+    "pending_retirement": ("a page retirement is pending (pending_retirement): it takes effect at the next GPU "
+                           "reset or driver reload", RESET),
+    "remapped_row_pending": ("a row remap is pending (remapped_row_pending): it takes effect at the next GPU "
+                             "reset", RESET),
+    "channel_repair_pending": ("an HBM channel repair is pending (channel_repair_pending)", RESET),
+    "tpc_repair_pending": ("a TPC repair is pending (tpc_repair_pending)", RESET),
+    "reset_required": ("the driver says the GPU needs a reset (reset_required)", RESET),
+    "drain_and_reset_recommended": ("the driver recommends draining the GPU and resetting it "
+                                    "(drain_and_reset_recommended)", RESET),
+    "remapped_row_failure": ("a row remap failed (remapped_row_failure): NVIDIA's DRAM memory RMA policy "
+                             "criterion for replacing the GPU is met", REPLACE),
+    "sram_threshold_exceeded": ("SRAM uncorrectable errors passed NVIDIA's threshold (sram_threshold_exceeded): "
+                                "the L2 memory RMA policy criterion for replacing the GPU is met", REPLACE),
+}
+RECOVERY_RANKS = {"drain p2p": DRAIN_P2P, "reboot": REBOOT, "system reboot": REBOOT}
+
+
+def _action(rank: int, index: int, address: str) -> str:
+    gpu = f"GPU {index} ({address})"
+    return {0: f"drain the node; reset or replace {gpu}",
+            DRAIN_P2P: f"drain the node; end the jobs that use peer-to-peer traffic with {gpu}, then read its "
+                       "recovery action again",
+            RESET: f"drain the node; reset {gpu} (nvidia-smi -r) once its jobs have ended",
+            REBOOT: "drain the node; reboot it",
+            REPLACE: f"drain the node; replace {gpu} (NVIDIA's field diagnostic confirms an RMA)"}[rank]
+
+
 def judge(before: Optional[GpuHealth], now: GpuHealth, index: int) -> Finding:
     """The verdict on GPU `index` from its counters `now` and, when read, at the start of the run
-    (`before`): NO-GO (fail) on uncorrectable errors since boot or pages pending or failing
-    retirement; warn on correctable errors or PCIe replays that rose during the run, throttling at
-    idle (judged on `before`, the idle reading) or a counter file that cannot be read; skip when
-    the driver exposes no error counter at all."""
+    (`before`): NO-GO (fail) on uncorrectable errors since boot, pages pending or failing
+    retirement, or an NVIDIA flag or recovery action that asks for a reset, a reboot or a
+    replacement (the action names the strongest); warn on correctable errors or PCIe replays that
+    rose during the run, throttling at idle (judged on `before`, the idle reading) or a counter
+    file that cannot be read; skip when the driver exposes no error counter at all."""
     idle = before or now
     m: Dict[str, Any] = {"source": now.source, "pci_address": now.address, "uncorrectable": now.ue,
                          "correctable": now.ce, "deferred": now.de, "bad_pages": now.pages,
+                         "remapped_rows": now.rows, "flags": now.flags, "recovery_action": now.recovery_action,
                          "pcie_replays": now.pcie_replays, "temperatures": idle.temperatures, "power_w": idle.power_w,
                          "power_cap_w": idle.power_cap_w, "throttle": idle.throttle, "ras_features": now.ras_features}
     if before is not None:
         m.update(correctable_before=before.ce, pcie_replays_before=before.pcie_replays)
     m.update({k: v for k, v in (("not_exposed", now.not_exposed), ("unreadable", now.unreadable)) if v})
     where = f"GPU {index} ({now.address}, from {now.source})"
-    bad = []
+    bad: List[Tuple[str, int]] = []
     if sum(now.ue.values()):
-        bad.append(f"{sum(now.ue.values())} uncorrectable errors since boot ({_named(now.ue)})")
+        bad.append((f"{sum(now.ue.values())} uncorrectable errors since boot ({_named(now.ue)})", 0))
     for kind, words in (("pending", "pending retirement"), ("failed", "that could not be retired")):
         if now.pages.get(kind):
-            bad.append(f"{now.pages[kind]} bad memory pages {words}")
+            bad.append((f"{now.pages[kind]} bad memory pages {words}", 0))
+    bad += [FLAG_FINDINGS[name] for name, on in now.flags.items() if on and name in FLAG_FINDINGS]
+    if now.recovery_action:
+        bad.append((f"the driver's recovery action is {now.recovery_action!r} (gpu_recovery_action)",
+                    RECOVERY_RANKS.get(now.recovery_action.lower(), RESET)))
     if bad:
-        return Finding("fail", f"{where}: " + "; ".join(bad),
-                       f"drain the node; reset or replace GPU {index} ({now.address})", m)
+        return Finding("fail", f"{where}: " + "; ".join(what for what, _ in bad),
+                       _action(max(rank for _, rank in bad), index, now.address), m)
     warns = []
     if before is not None:
         rose = _rises(before.ce, now.ce)

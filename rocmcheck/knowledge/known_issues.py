@@ -3,8 +3,10 @@
 Entries live in data files (JSON), not code: the built-in `data/known_issues/*.json`
 (one file per probe family) plus any files named in ROCMCHECK_KNOWN_ISSUES
 (os.pathsep-separated). An entry
-matches on probe id (glob), variant (glob), statuses, device arch (glob), OS and
-version ranges of torch/HIP/ROCm/CUDA; every field it names must match.
+matches on probe id (glob), variant (glob), statuses, device arch (glob), OS, version
+ranges of torch/HIP/ROCm/CUDA and CPU flags (`cpu_flags`: every flag listed must be in the host's
+/proc/cpuinfo, for a CPU kernel that misbehaves only on some instruction sets); every field it
+names must match.
 
 `message` and `signatures` match what the verdict says about the failure (its message,
 its exception's last line, the runtime signatures recognised in its output), never the
@@ -88,7 +90,7 @@ def _problem(entry: Dict[str, Any]) -> Optional[str]:
     for key in ("id", "probe", "variant", "backend", "message", "title", "workaround", *VERSION_KEYS):
         if key in entry and not isinstance(entry[key], str):
             return f"'{key}' must be a string"
-    for key in ("status", "arch", "os", "links"):
+    for key in ("status", "arch", "os", "cpu_flags", "links"):
         if key in entry and not (isinstance(entry[key], list) and all(isinstance(v, str) for v in entry[key])):
             return f"'{key}' must be a list of strings"
     unknown = sorted(set(entry.get("status", [])) - {s.value for s in Status})
@@ -122,7 +124,8 @@ def _facts(fingerprint: Dict[str, Any]) -> Dict[str, Any]:
     return {"arch": (fingerprint.get("device") or {}).get("arch") or "",
             "os": (host.get("system") or "").lower() + (" wsl" if host.get("wsl") else ""),
             "torch": dfacts.get("torch"), "hip": dfacts.get("hip"), "rocm": dfacts.get("rocm"),
-            "cuda": dfacts.get("cuda"), "python": host.get("python"), "backend": dfacts.get("backend")}
+            "cuda": dfacts.get("cuda"), "python": host.get("python"), "backend": dfacts.get("backend"),
+            "cpu_flags": host.get("cpu_flags")}
 
 
 def failure_text(verdict: Verdict) -> str:
@@ -146,6 +149,9 @@ def _limit(entry: Dict[str, Any], facts: Dict[str, Any]) -> Dict[str, Optional[b
         found["os"] = any(o in facts["os"] for o in entry["os"]) if facts.get("os") else None
     if "backend" in entry:
         found["backend"] = facts["backend"] == entry["backend"] if facts.get("backend") else None
+    if "cpu_flags" in entry:
+        have = facts.get("cpu_flags")
+        found["cpu_flags"] = set(entry["cpu_flags"]) <= set(map(str, have)) if isinstance(have, list) else None
     for key in VERSION_KEYS:
         if key in entry:
             found[key] = in_range(facts[key], entry[key]) if facts.get(key) else None
