@@ -12,7 +12,8 @@
 | | failing in the child | `runtime_init_failed`, `harness_failed` |
 | crash | the child died by a signal, or exited non-zero without a result, | `no_result`, `assemble` |
 | | or with the isolation server | |
-| hang | the watchdog's deadline passed (probe timeout, startup or first-use limit) | `assemble` |
+| hang | the watchdog's deadline passed (probe timeout, startup or first-use limit), or the probe | `assemble` |
+| | declared one (`ctx.hang`: processes it started are stuck); the watchdog killed the tree | |
 | any | a fail, error or crash in a worker is re-run alone in a fresh child: that verdict counts | `confirmed` |
 | warn | ... and where it passes alone: flaky, or state left by an earlier task | `confirmed` |
 
@@ -181,7 +182,9 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
         if end.never_started:
             message = f"the child never started its task (stuck starting Python, importing torch or " \
                       f"initialising the GPU runtime); killed ({steps})"
-        if end.in_first_use and end.first_use_limit is not None:
+        if end.declared_hang is not None:
+            message = f"{end.declared_hang}; child killed with its processes ({steps})"
+        elif end.in_first_use and end.first_use_limit is not None:
             message = f"first use (compilation, kernel search) ran past its {end.first_use_limit:g}s limit; " \
                       f"child killed ({steps})"
         elif end.in_first_use:

@@ -1,6 +1,7 @@
 """Supervise one child: wait for its end or its deadline, then kill the whole tree.
 
-On timeout, the watchdog takes the steps of its `KillPolicy`: ask for every thread's
+On timeout, or when the probe declared a hang (`ctx.hang`: helpers it started, a collective's
+ranks, are stuck), the watchdog takes the steps of its `KillPolicy`: ask for every thread's
 Python stack (SIGUSR1 -> faulthandler), TERM the process group, KILL it after a grace period,
 then wait a bounded time for the tree to go (the policy's teardown: a GPU process killed
 mid-kernel spends seconds in driver teardown). A child that still lives then is recorded as
@@ -29,7 +30,8 @@ class ChildEnd:
 
     returncode: Optional[int]
     elapsed_s: float
-    timed_out: bool = False
+    timed_out: bool = False  # ended as hung: its deadline passed, or its probe declared a hang
+    declared_hang: Optional[str] = None  # the probe's own words when it declared the hang (`ctx.hang`)
     never_started: bool = False  # timed out before the child began its task (stuck importing or initialising)
     in_first_use: bool = False  # timed out inside the probe's first call (`ctx.first_use()`)
     first_use_limit: Optional[float] = None  # the first-use limit that ran out (None: the timeout bounded it)
@@ -98,9 +100,9 @@ def supervise(child: ChildProcess, timeout: float, files: Optional[TaskFiles] = 
     the timeout (the child moves the marker forward by it); with None, the timeout bounds
     everything after the marker, first use included. `elapsed_s` is wall time from the marker.
     `on_first_use(seconds)` hears every FIRST_USE_PROGRESS_S of one first use (minutes of
-    compiling must not look like a hang). A child past its deadline is ended by `policy`'s steps.
-    An interrupt (Ctrl-C, SIGTERM) SIGKILLs the tree, waits the policy's `interrupt_wait_s` for
-    it, and re-raises.
+    compiling must not look like a hang). A child past its deadline, or whose probe declared a
+    hang (`files.declared_hang`), is ended by `policy`'s steps. An interrupt (Ctrl-C, SIGTERM)
+    SIGKILLs the tree, waits the policy's `interrupt_wait_s` for it, and re-raises.
 
     With `drain` (the output drain of a worker child, which outlives its tasks), the task also
     ends when its result file appears: the child is left running (`alive`), with this task's
@@ -137,7 +139,8 @@ def supervise(child: ChildProcess, timeout: float, files: Optional[TaskFiles] = 
                     count += 1
                 said = (since, count)
             left = deadline - time.monotonic()
-            if left <= 0:
+            end.declared_hang = files.declared_hang() if began is not None and files else None
+            if left <= 0 or end.declared_hang is not None:
                 end.timed_out = True
                 end.never_started = began is None
                 end.in_first_use = warming is not None
