@@ -8,7 +8,9 @@ Facts: docs/failure-catalogue.md §5.
 
 The distributed checks are an ordinary torch.distributed program: this file is also the
 rank program. Inside rocmcheck the probe starts two ranks on this machine (forked on
-the CPU with gloo, fresh interpreters for GPUs) under its own deadline. On a fleet, run
+the CPU with gloo, fresh interpreters for GPUs) with `ctx.start_process`, in its own
+process group: a stuck rank is declared with `ctx.hang` and killed by rocmcheck's
+watchdog with the rest of the probe's tree. On a fleet, run
 the same checks across nodes with torchrun, one process per GPU:
 
     torchrun --nnodes=$NODES --nproc-per-node=$GPUS_PER_NODE --rdzv-backend=c10d \\
@@ -22,10 +24,7 @@ import argparse
 import json
 import os
 import socket
-import subprocess
 import sys
-import threading
-import time
 
 import rocmcheck
 from rocmcheck import torchapi
@@ -44,7 +43,7 @@ WORLD = 2
 ROWS_PER_RANK, FEATURES, LR = 8, 32, 0.1
 STEP_TOLERANCE = 1e-5  # fp32 step against a float64 step, relative to the largest parameter
 FSDP_ON_CPU = (2, 6)  # before it fully_shard moves a CPU model to CUDA (pytorch #132471); 2.11+ shard on the CPU
-HANG_MARGIN_S = 1.5  # left between a rank's own deadline and the watchdog's
+HANG_MARGIN_S = 1.5  # left between a rank's own deadline and the task's: time to dump its stack and exit
 PEER_SIZES = {"gate": (1 << 20,), "full": (1 << 20, 256 << 20)}
 PEER_REPEATS = {"gate": 3, "full": 10}
 
@@ -355,11 +354,6 @@ def free_port():
         return s.getsockname()[1]
 
 
-def _forked_rank(env, argv):
-    os.environ.update(env)
-    sys.exit(rank_entry(argv))
-
-
 def rocmcheck_path_env():
     """PYTHONPATH for fresh rank interpreters that makes this `rocmcheck` importable.
 
@@ -377,10 +371,8 @@ def rocmcheck_path_env():
     return {"PYTHONPATH": os.pathsep.join([*current, root])}
 
 
-def start_ranks(backend, workdir, timeout):
+def start_ranks(ctx, backend, workdir, timeout):
     """WORLD ranks on this machine: forked when torch never touched a GPU here, else fresh interpreters."""
-    import multiprocessing
-
     port = free_port()
     fork = backend == "gloo" and hasattr(os, "fork") and not torch.cuda.is_initialized()
     ranks = []
@@ -389,54 +381,21 @@ def start_ranks(backend, workdir, timeout):
                "MASTER_PORT": str(port)}
         argv = ["--backend", backend, "--timeout", f"{timeout:.1f}", "--result", os.path.join(workdir, f"{rank}.json"),
                 "--stack", os.path.join(workdir, f"{rank}.stack")]
-        if fork:
-            process = multiprocessing.get_context("fork").Process(target=_forked_rank, args=(env, argv))
-            process.start()
-        else:
-            process = subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv],
-                                       env={**os.environ, **rocmcheck_path_env(), **env})
-        ranks.append(process)
+        ranks.append(ctx.start_process([os.path.abspath(__file__), *argv], {**rocmcheck_path_env(), **env},
+                                       fork=(lambda argv=argv: rank_entry(argv)) if fork else None))
     return ranks
-
-
-def exit_code(process):
-    return process.exitcode if hasattr(process, "exitcode") else process.poll()
-
-
-def wait_ranks(ranks, timeout):
-    """Exit codes once every rank ended; a rank still alive after `timeout` is killed (None)."""
-    deadline = time.monotonic() + timeout
-    while any(exit_code(p) is None for p in ranks) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    for process in ranks:
-        if exit_code(process) is None:
-            process.kill()
-    return [exit_code(p) for p in ranks]
-
-
-def report_hang_to_watchdog(ctx, stacks):
-    """A collective hung: show the ranks' stacks, then wait for rocmcheck's watchdog.
-
-    The engine's only `hang` is its own timeout, so the probe lets it fire; the verdict's
-    output then carries each stuck rank's stack (the collective it is blocked in).
-    """
-    for rank, text in stacks.items():
-        ctx.progress(f"rank {rank} did not finish; its stack:\n{text}")
-    # last, so the evidence's capped output tail names every stuck rank however long the stacks are
-    ctx.progress("; ".join(f"rank {rank} did not finish" for rank in stacks))
-    threading.Event().wait()
 
 
 def run_distributed(ctx, backend):
     import tempfile
 
-    # the watchdog's clock started with the task, not with this process: under spawn isolation a
+    # the deadline runs from the task's start, not from this process's: under spawn isolation a
     # standby interpreter may have waited through the previous probe before it got this task
-    rank_timeout = max(ctx.timeout - HANG_MARGIN_S - (time.time() - ctx.started), 1.0)
+    rank_timeout = max(ctx.time_left(HANG_MARGIN_S), 1.0)
     ctx.measure(rank_timeout_s=round(rank_timeout, 2))
     with tempfile.TemporaryDirectory(prefix="rocmcheck-ranks-") as workdir:
-        ranks = start_ranks(backend, workdir, rank_timeout)
-        codes = wait_ranks(ranks, rank_timeout + HANG_MARGIN_S / 2)
+        ranks = start_ranks(ctx, backend, workdir, rank_timeout)
+        codes = ctx.wait_processes(ranks, margin_s=HANG_MARGIN_S / 2)  # a stuck rank is left to the watchdog
         results, stacks = {}, {}
         for rank in range(WORLD):
             for suffix, store in ((".json", results), (".stack", stacks)):
@@ -444,8 +403,11 @@ def run_distributed(ctx, backend):
                 if os.path.exists(path) and os.path.getsize(path):
                     with open(path) as fh:
                         store[rank] = fh.read()
-    if stacks or None in codes:
-        report_hang_to_watchdog(ctx, stacks or {r: "(killed: no stack)" for r, c in enumerate(codes) if c is None})
+    stuck = stacks or {r: "(still running: no stack)" for r, c in enumerate(codes) if c is None}
+    if stuck:  # a collective hung: the ranks' stacks show where (the collective each is blocked in)
+        for rank, text in stuck.items():
+            ctx.progress(f"rank {rank} did not finish; its stack:\n{text}")
+        ctx.hang("; ".join(f"rank {rank} did not finish" for rank in stuck))
     missing = [f"rank {r} exited with {codes[r]} without a result" for r in range(WORLD) if r not in results]
     if missing:
         raise RuntimeError("; ".join(missing))

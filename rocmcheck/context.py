@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Type
+from typing import Any, Callable, Dict, Iterator, List, Mapping, NoReturn, Optional, Sequence, Type
 
 from . import torchapi
-from .errors import Skip
+from .errors import Hang, Skip
 from .markers import TaskFiles
 
 TF32_OVERRIDE_ENV = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
@@ -36,6 +38,19 @@ def pin_fp32() -> Dict[str, Any]:
             flags[f"{name}_fp32_precision"] = owner.fp32_precision
     flags.update(matmul_allow_tf32=backends.cuda.matmul.allow_tf32, cudnn_allow_tf32=backends.cudnn.allow_tf32)
     return flags
+
+
+@dataclass(frozen=True)
+class StartedProcess:
+    """A process a probe started (`ProbeContext.start_process`)."""
+
+    pid: int
+    poll: Callable[[], Optional[int]]  # its exit code once it ended (negative: the signal), else None
+
+
+def _run_forked(env: Mapping[str, str], target: Callable[[], int]) -> None:
+    os.environ.update(env)
+    sys.exit(target())
 
 
 @dataclass
@@ -85,6 +100,43 @@ class ProbeContext:
     def skip(self, reason: str) -> NoReturn:
         """End the probe as `skip` with `reason`."""
         raise Skip(reason)
+
+    def hang(self, message: str) -> NoReturn:
+        """End the probe as `hang` with `message`: processes it started are stuck (a collective
+        that never returns). The watchdog then kills the task's whole tree, those processes
+        included, as it would at the deadline: a probe never kills them itself, nor waits for
+        the deadline to pass."""
+        raise Hang(message)
+
+    def time_left(self, margin_s: float = 0.0) -> float:
+        """Seconds from now to `margin_s` before the task's deadline (0 once past it): what the
+        processes a probe starts have, so that they can report before the watchdog acts."""
+        return max(self.timeout - margin_s - (time.time() - self.started), 0.0)
+
+    def start_process(self, argv: Sequence[str], env: Mapping[str, str],
+                      fork: Optional[Callable[[], int]] = None) -> StartedProcess:
+        """Start a process for the probe (a collective's rank): `fork()` in a forked copy of this
+        process when given (only before the GPU runtime is initialised here: forking after it
+        is broken), else `argv` in a fresh interpreter; `env` is added to its environment. It
+        stays in the probe's process group, so the watchdog's kill policy reaches it with the
+        rest of the tree, and its output goes to the probe's."""
+        if fork is not None:
+            import multiprocessing
+
+            forked = multiprocessing.get_context("fork").Process(target=_run_forked, args=(dict(env), fork))
+            forked.start()
+            return StartedProcess(forked.pid, lambda: forked.exitcode)
+        popen = subprocess.Popen([sys.executable, *argv], env={**os.environ, **env})
+        return StartedProcess(popen.pid, popen.poll)
+
+    def wait_processes(self, processes: Sequence[StartedProcess], margin_s: float = 0.0) -> List[Optional[int]]:
+        """The exit codes of processes the probe started, once all ended, or at `margin_s` before
+        the task's deadline: None for one still running then, which is left running for the
+        watchdog to kill (`hang` says so)."""
+        deadline = time.monotonic() + self.time_left(margin_s)
+        while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return [p.poll() for p in processes]
 
     def warn(self, message: str) -> None:
         """Record a known risk; a probe that then returns normally ends as `warn`."""

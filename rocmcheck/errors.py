@@ -6,6 +6,7 @@
     └── GateFailed        rocmcheck.gate() found NO-GO
     ProbeFailure (AssertionError)  a probe's result was wrong -> verdict `fail`
     Skip (Exception)               a probe does not apply here -> verdict `skip`
+    Hang (Exception)               processes a probe started are stuck -> verdict `hang`
     Interrupted (BaseException)    SIGTERM: ends a run like Ctrl-C (never a verdict)
 """
 from __future__ import annotations
@@ -46,6 +47,12 @@ class ProbeFailure(AssertionError):
 
 class Skip(Exception):
     """What `ctx.skip` raises when a probe does not apply on this machine (raising it directly still works)."""
+
+
+class Hang(Exception):
+    """What `ctx.hang` raises: processes the probe started (a collective's ranks) are stuck. In a
+    child, the watchdog then ends the task as at its deadline, killing the whole tree by its kill
+    policy, so the verdict is `hang` without the probe blocking until the deadline."""
 
 
 class Interrupted(BaseException):

@@ -8,14 +8,16 @@ One task, one prefix in the run's scratch folder:
 - `.started.first-use`: exists while the probe is inside `ctx.first_use()`; that time is
   bounded by the first-use limit, not the timeout, and on leaving, `.started`'s mtime moves
   forward by the time spent.
+- `.hang`: the probe declared a hang (`ctx.hang`: processes it started are stuck); holds its
+  message. The watchdog ends the task as it would at its deadline, without waiting for it.
 - `.stack`: every thread's Python stack, from the child's faulthandler (a fatal signal, or
   the parent's SIGUSR1 on timeout).
 - `.result.json`: the outcome, written atomically and last; in a worker child it ends the
   task, and a child that exits without one crashed.
 
-The watchdog reads the timing through `started_at` and `first_use_since`, the probe's context
-writes it through `mark_started`, `enter_first_use` and `leave_first_use`: nobody else
-touches these files' times.
+The watchdog reads the timing through `started_at`, `first_use_since` and `declared_hang`, the
+child writes it through `mark_started`, `enter_first_use`, `leave_first_use` and `declare_hang`:
+nobody else touches these files.
 """
 from __future__ import annotations
 
@@ -62,6 +64,10 @@ class TaskFiles:
     def first_use(self) -> str:
         return self.started + FIRST_USE_SUFFIX
 
+    @property
+    def hang(self) -> str:
+        return f"{self.prefix}.hang"
+
     # --- the child's side -----------------------------------------------------------------
 
     def mark_started(self) -> None:
@@ -78,6 +84,13 @@ class TaskFiles:
         os.utime(self.started, (mark, mark))
         os.unlink(self.first_use)
 
+    def declare_hang(self, message: str) -> None:
+        """The probe says its task hung: written whole (a temporary file, then a rename), so the
+        watchdog never reads half a message."""
+        with open(f"{self.hang}.tmp", "w", encoding="utf-8") as fh:
+            fh.write(message)
+        os.replace(f"{self.hang}.tmp", self.hang)
+
     # --- the parent's side ----------------------------------------------------------------
 
     def started_at(self) -> Optional[float]:
@@ -88,12 +101,20 @@ class TaskFiles:
         """When the first use in progress began (monotonic clock), or None outside first use."""
         return _monotonic_mtime(self.first_use)
 
+    def declared_hang(self) -> Optional[str]:
+        """The message of a hang the probe declared, or None."""
+        try:
+            with open(self.hang, encoding="utf-8", errors="replace") as fh:
+                return fh.read()
+        except OSError:
+            return None
+
     def has_result(self) -> bool:
         return os.path.exists(self.result)
 
     def clear(self) -> None:
         """Remove what a try of the task left (before it runs again)."""
-        for path in (self.result, self.stack, self.started, self.first_use):
+        for path in (self.result, self.stack, self.started, self.first_use, self.hang):
             try:
                 os.unlink(path)
             except OSError:

@@ -17,15 +17,17 @@ from rocmcheck import registry
 from rocmcheck.engine.capture import TASK_END, OutputDrain
 from rocmcheck.engine.exitcodes import describe
 from rocmcheck.engine.isolation import Isolation
+from rocmcheck.engine.killpolicy import KillPolicy, KillStep
 from rocmcheck.engine.launch import ChildProcess, SpawnLauncher
 from rocmcheck.engine.selection import keyword_matcher, select
-from rocmcheck.engine.watchdog import supervise
+from rocmcheck.engine.verdicts import assemble
+from rocmcheck.engine.watchdog import ChildEnd, supervise
 from rocmcheck.errors import UsageError
 from rocmcheck.faults import parse as parse_faults
 from rocmcheck.knowledge import known_issues
 from rocmcheck.knowledge.signatures import signatures
 from rocmcheck.markers import TaskFiles
-from rocmcheck.model import DeviceInfo, Requires, Status, Verdict, expand_variants, variant_id
+from rocmcheck.model import DeviceInfo, ProbeSpec, Requires, Status, Variant, Verdict, expand_variants, variant_id
 from rocmcheck.outputs.storage import SCHEMA, Journal, load_report, report_json, write_atomic
 
 FAKE = str(Path(__file__).parent / "fake_probes")
@@ -321,11 +323,86 @@ def test_watchdog_gives_up_on_an_unkillable_child_in_bounded_time():
     life_r, life_w = os.pipe()
     os.close(life_r)
     start = time.monotonic()
-    end = supervise(_NeverDies(sleeper.pid, r, life_w), timeout=0.2, teardown_wait=1.0)
+    end = supervise(_NeverDies(sleeper.pid, r, life_w), timeout=0.2, policy=KillPolicy().with_waits(kill=1.0))
     assert end.timed_out and end.unkillable
     assert 1.0 <= end.teardown_s and time.monotonic() - start < 5
-    assert end.kill_steps[-1] == "SIGKILL"
+    assert end.kill_steps[-1] is KillStep.KILL
     sleeper.wait(5)
+
+
+DUMP, TERM, KILL = KillStep.STACK_DUMP, KillStep.TERM, KillStep.KILL
+SPEC = ProbeSpec("p", "t", "t", func=lambda ctx: None)
+# how the child ended (ChildEnd fields), what it wrote (its result), the status, the message's words
+STATUS_FROM_THE_END = {
+    "deadline, gone after SIGTERM": (dict(returncode=-15, timed_out=True, kill_steps=[DUMP, TERM]), None,
+                                     Status.HANG, "no verdict within 3s; child killed (SIGUSR1 (stack dump), SIGTERM)"),
+    "deadline, SIGKILLed": (dict(returncode=-9, timed_out=True, kill_steps=[DUMP, TERM, KILL]), None,
+                            Status.HANG, "child killed (SIGUSR1 (stack dump), SIGTERM, SIGKILL)"),
+    "deadline, a result too late": (dict(returncode=-9, timed_out=True, kill_steps=[TERM, KILL]),
+                                    {"status": "pass"}, Status.HANG, "child killed (SIGTERM, SIGKILL)"),
+    "deadline, unkillable": (dict(timed_out=True, unkillable=True, kill_steps=[DUMP, TERM, KILL], teardown_s=30.2,
+                                  state={"status": "disk-sleep"}), None,
+                             Status.HANG, "could not be killed (state disk-sleep 30s after SIGKILL)"),
+    "declared by the probe": (dict(returncode=-15, timed_out=True, declared_hang="rank 1 did not finish",
+                                   kill_steps=[DUMP, TERM]), None,
+                              Status.HANG, "rank 1 did not finish; child killed with its processes (SIGUSR1"),
+    "a SIGKILL not ours": (dict(returncode=-9), None, Status.CRASH, "not by rocmcheck: possibly the kernel's OOM"),
+    "a SIGSEGV": (dict(returncode=-11), None, Status.CRASH, "crashed: SIGSEGV"),
+    "exit 0 without a result": (dict(returncode=0), None, Status.ERROR, "exited without a result"),
+    "a result": (dict(returncode=0), {"status": "fail", "message": "3 zeros"}, Status.FAIL, "3 zeros"),
+}
+
+
+@pytest.mark.parametrize("case", list(STATUS_FROM_THE_END))
+def test_the_status_comes_from_how_the_child_ended_and_the_kill_steps_taken(case):
+    """One row per way a child ends. The kill steps are typed; the verdict's evidence shows them
+    as the text reports have always held, and a teardown only after a SIGKILL of ours."""
+    fields, result, status, words = STATUS_FROM_THE_END[case]
+    end = ChildEnd(**{"returncode": None, "elapsed_s": 1.0, **fields})
+    verdict = assemble(Variant(SPEC, {}), end, result, "", timeout=3.0)
+    assert verdict.status is status and words in verdict.message, verdict.message
+    steps = fields.get("kill_steps", [])
+    text = {DUMP: "SIGUSR1 (stack dump)", TERM: "SIGTERM", KILL: "SIGKILL"}  # what reports have always held
+    assert json.loads(json.dumps(verdict.evidence)).get("kill_steps", []) == [text[step] for step in steps]
+    assert ("teardown" in verdict.evidence) == (KILL in steps)
+
+
+def _child_ignoring(*signals: str) -> ChildProcess:
+    """A child in its own session that ignores `signals` and has said so on its output."""
+    code = (f"import os, signal, time; [signal.signal(getattr(signal, s), signal.SIG_IGN) for s in {signals!r}]; "
+            f"os.write(1, b'ready'); time.sleep(60)")
+    out_r, out_w = os.pipe()
+    life_r, life_w = os.pipe()
+    popen = subprocess.Popen([sys.executable, "-c", code], stdin=life_r, stdout=out_w, start_new_session=True)
+    os.close(out_w)
+    os.close(life_r)
+    assert os.read(out_r, 16) == b"ready"
+    return ChildProcess(popen.pid, out_r, life_w, popen=popen)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals")
+@pytest.mark.parametrize("grace", [0.1, 2.5])
+def test_a_child_ignoring_sigterm_is_sigkilled_after_the_policys_grace(grace):
+    """The wait after SIGTERM is the policy's: measured from outside, the kill comes no sooner
+    than the policy's steps allow, and not much later (a generous bound: a loaded machine)."""
+    policy = KillPolicy().with_waits(term=grace, kill=5.0)
+    child = _child_ignoring("SIGTERM", "SIGUSR1")
+    start = time.monotonic()
+    end = supervise(child, timeout=0.2, policy=policy)
+    elapsed = time.monotonic() - start
+    assert end.kill_steps == [KillStep.STACK_DUMP, KillStep.TERM, KillStep.KILL]
+    assert end.returncode == -signal.SIGKILL and not end.unkillable
+    least = 0.2 + sum(wait for step, wait in policy.steps if step is not KillStep.KILL)
+    assert least <= elapsed < least + 2.0
+
+
+def test_a_kill_policy_ends_with_sigkill_and_names_its_steps():
+    with pytest.raises(ValueError, match="ends with SIGKILL"):
+        KillPolicy(steps=((KillStep.TERM, 0.5),))
+    with pytest.raises(ValueError, match="no such kill step: trem"):
+        KillPolicy().with_waits(trem=1.0)
+    assert KillPolicy().with_waits(kill=2.0).steps == ((DUMP, 0.3), (TERM, 0.5), (KILL, 2.0))
+    assert dict(KillPolicy().steps)[KILL] == 30.0  # a GPU process in driver teardown: docs/isolation.md §7
 
 
 def test_timeout_runs_from_the_childs_start_not_from_its_launch(tmp_path):

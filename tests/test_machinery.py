@@ -21,6 +21,7 @@ import pytest
 
 from rocmcheck import registry
 from rocmcheck.engine import devices
+from rocmcheck.engine.killpolicy import KillPolicy
 from rocmcheck.engine.launch import ChildProcess
 from rocmcheck.engine.options import RunOptions
 from rocmcheck.engine.runner import Runner
@@ -295,7 +296,7 @@ def fake_gpu(monkeypatch):
 
 def _gpu_run(tmp_path, isolation, inject="", teardown_wait=30.0):
     opts = RunOptions(device="cuda:0", isolation=isolation, timeout=1.0, inject=inject, probes_paths=[FAKE],
-                      out_dir=tmp_path, teardown_wait=teardown_wait)
+                      out_dir=tmp_path, kill_policy=KillPolicy().with_waits(kill=teardown_wait))
     start = time.monotonic()
     report = Runner(opts, markdown=markdown_report).run(variants("fake-ignore-term", "fake-pass"))
     return report, time.monotonic() - start

@@ -140,6 +140,17 @@ def test_child_ignoring_sigterm_is_killed_with_sigkill(batch):
     assert v["evidence"]["returncode"] == -signal.SIGKILL
 
 
+def test_a_declared_hang_kills_the_processes_the_probe_started_without_waiting_for_the_deadline(batch):
+    """`ctx.hang`: the watchdog ends the task at once, by the same kill policy as at a deadline,
+    and the helper the probe started goes with the tree (no survivor: the test above)."""
+    v = batch["verdicts"]["fake-helper-stuck"]
+    assert v["status"] == "hang"
+    assert v["message"].startswith("the helper did not finish (exit code None); child killed with its processes (")
+    assert v["duration_s"] < TIMEOUT  # declared after half a second: the deadline never came
+    assert v["evidence"]["kill_steps"][:2] == ["SIGUSR1 (stack dump)", "SIGTERM"]
+    assert "fake_helper_stuck" in v["evidence"]["stack"]  # where the probe declared it
+
+
 def test_output_flood_is_capped_and_marked(batch):
     v = batch["verdicts"]["fake-flood"]
     assert v["status"] == "pass"

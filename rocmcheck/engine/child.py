@@ -20,11 +20,14 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, TextIO
+import traceback
+from typing import Any, Callable, Dict, List, NoReturn, Optional, TextIO
 
 from .. import faults, registry, torchapi
 from ..context import ProbeContext
+from ..errors import Hang
 from ..jsonsafe import jsonsafe
+from ..markers import TaskFiles
 from .capture import TASK_END
 from .launch import CHILD_PATHS_ENV, CHILD_PRELOAD_ENV
 from .probe_state import ProcessState
@@ -89,6 +92,21 @@ def runtime_init(device: str) -> None:
     torchapi.init_device(device)
 
 
+def await_hang_kill(files: TaskFiles, hang: Hang) -> NoReturn:
+    """The probe declared a hang (`ctx.hang`): keep where it did so in the stack file, tell the
+    watchdog, and wait for it to end this process and the ones the probe started, by its kill
+    policy, as at a deadline (the lifeline ends them if the parent is gone). No result is
+    written: the verdict is the watchdog's."""
+    if _stack_file is not None:
+        traceback.print_exception(type(hang), hang, hang.__traceback__, file=_stack_file)
+        _stack_file.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    files.declare_hang(str(hang))
+    while True:  # until the watchdog's kill
+        threading.Event().wait()
+
+
 class Worker:
     """This process's runtime and settings: initialised by the first task, kept for the next."""
 
@@ -128,6 +146,8 @@ def run_probe(task: Task, worker: Worker) -> Dict[str, Any]:
     # a hang or crash the probe meets is installed inside it; every exception is a verdict, not our crash
     ended = ctx.call(spec.func, before=lambda: result["faults_installed"].extend(
         faults.install(requests, spec.id, in_probe=True)))
+    if isinstance(ended, Hang):
+        await_hang_kill(task.files, ended)
     result.update(outcome(ended, ctx.warnings))
     result["probe_s"] = time.perf_counter() - start
     result["measurements"] = ctx.measurements

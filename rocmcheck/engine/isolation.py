@@ -28,8 +28,8 @@ from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence
 
 from .. import faults
 from ..model import ProbeSpec, Status
-from . import watchdog
 from .capture import OutputDrain
+from .killpolicy import SIGKILL, KillPolicy
 from .launch import ChildProcess, IsolationServerDied, Launcher, SpawnLauncher
 from .task import Task
 from .verdicts import read_result
@@ -55,13 +55,13 @@ class Isolation:
     """The run's launcher and workers; every child of a run starts here."""
 
     def __init__(self, mode: str, probes_paths: Sequence[str], run_env: Dict[str, str], inject: str,
-                 teardown_wait: float, note: Callable[[str], None]):
+                 kill_policy: KillPolicy, note: Callable[[str], None]):
         self.mode = mode  # zygote or spawn: what the run uses now (zygote may fall back)
         self.probes_paths = [str(p) for p in probes_paths]
         self.preload: List[str] = []  # modules the zygote and standby interpreters import ahead of tasks
         self.run_env = dict(run_env)  # set in every child
         self.faults = faults.parse(inject)
-        self.teardown_wait = teardown_wait
+        self.kill_policy = kill_policy  # how the watchdog ends a hung child
         self.note = note
         self.launcher: Optional[Launcher] = None
         self.workers: Dict[WorkerKey, Worker] = {}
@@ -128,7 +128,7 @@ class Isolation:
         self.running[task.device] = (task.variant or task.what, child)
         try:
             return supervise(child, task.timeout, task.files, first_use_limit=task.first_use_limit,
-                             teardown_wait=self.teardown_wait, on_first_use=on_first_use, drain=drain)
+                             policy=self.kill_policy, on_first_use=on_first_use, drain=drain)
         finally:
             self.running.pop(task.device, None)
 
@@ -138,7 +138,7 @@ class Isolation:
         and the hand-over ends it before it began the task: the task never ran, so it is no
         verdict of the probe's. A crash of the task's own (SIGSEGV or SIGABRT in GPU runtime
         init) is not this, and stays a crash."""
-        return (child.from_standby and end.returncode == -watchdog.SIGKILL and not end.timed_out
+        return (child.from_standby and end.returncode == -SIGKILL and not end.timed_out
                 and task.files.started_at() is None and not task.files.has_result())
 
     def _start_child(self, task: Task, env: Dict[str, str], fresh: bool,
@@ -256,7 +256,7 @@ class Isolation:
     def _reap(child: ChildProcess) -> None:
         """Collect a worker that is ending by itself (its lifeline closed, or its last task done)."""
         if child.wait(WORKER_REAP_S) is None and not child.lost:
-            child.signal_tree(watchdog.SIGKILL)
+            child.signal_tree(SIGKILL)
             child.wait(WORKER_REAP_S)
 
     def _retire(self, worker: Worker) -> None:
@@ -275,7 +275,7 @@ class Isolation:
         """After an interrupt: SIGKILL every child running a task; returns what ran, for the report."""
         running = list(self.running.items())
         for _, (_, child) in running:
-            child.signal_tree(signal.SIGKILL)
+            child.signal_tree(SIGKILL)
         return ", ".join(f"{what} on {device}" for device, (what, _) in running)
 
     def close(self) -> None:

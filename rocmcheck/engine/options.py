@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import UsageError
+from .killpolicy import KillPolicy
 
 ISOLATIONS = ("zygote", "spawn")
 INJECT_ENV = "ROCMCHECK_INJECT"
@@ -179,12 +180,6 @@ def default_isolation() -> str:
     return "zygote" if os.name == "posix" and hasattr(os, "fork") else "spawn"
 
 
-def _teardown_wait() -> float:
-    from .watchdog import TEARDOWN_WAIT_S  # imported on use: the plugin loads this module in every pytest run
-
-    return TEARDOWN_WAIT_S
-
-
 @dataclass(frozen=True)
 class RunOptions:
     """One run's options. `build` makes them from a front-end's input and checks them all there,
@@ -204,7 +199,7 @@ class RunOptions:
     md_path: Optional[Path] = None
     write_files: bool = True
     command: str = "run"
-    teardown_wait: float = field(default_factory=_teardown_wait)  # how long a SIGKILLed child may take to go
+    kill_policy: KillPolicy = KillPolicy()  # how a hung child is ended, and how long its tree may take to go
     needs_torch: bool = True  # False for `rocmcheck env`, which reports a missing torch as a fact
     expect_gpus: Optional[int] = None  # fewer GPUs seen fails gpu-visible (a fleet's node check)
 

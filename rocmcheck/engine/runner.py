@@ -58,7 +58,7 @@ class Runner:
         self.notes: List[str] = []
         self.verdicts: List[Verdict] = []
         self.isolation = Isolation(options.isolation, options.probes_paths, options.env, options.inject,
-                                   options.teardown_wait, self.note)
+                                   options.kill_policy, self.note)
         self.device = DeviceInfo()  # the first (or only) device under test
         self.devices: List[DeviceInfo] = [self.device]  # every device under test, one queue each
         self.facts: Dict[str, Any] = {}

@@ -12,7 +12,8 @@
 | | failing in the child | `runtime_init_failed`, `harness_failed` |
 | crash | the child died by a signal, or exited non-zero without a result, | `no_result`, `assemble` |
 | | or with the isolation server | |
-| hang | the watchdog's deadline passed (probe timeout, startup or first-use limit) | `assemble` |
+| hang | the watchdog's deadline passed (probe timeout, startup or first-use limit), or the probe | `assemble` |
+| | declared one (`ctx.hang`: processes it started are stuck); the watchdog killed the tree | |
 | any | a fail, error or crash in a worker is re-run alone in a fresh child: that verdict counts | `confirmed` |
 | warn | ... and where it passes alone: flaky, or state left by an earlier task | `confirmed` |
 
@@ -35,6 +36,7 @@ from ..knowledge.signatures import signatures
 from ..model import Status, Variant, Verdict
 from ..safetext import clean, clean_tree
 from .exitcodes import describe, signal_of
+from .killpolicy import KillStep, step_texts
 from .watchdog import ChildEnd
 
 EVIDENCE_TAIL_CHARS = 4000
@@ -146,11 +148,11 @@ def evidence_of(end: ChildEnd, stack: str) -> Dict[str, Any]:
     if found:
         evidence["signatures"] = found
     if end.kill_steps:
-        evidence["kill_steps"] = end.kill_steps
+        evidence["kill_steps"] = step_texts(end.kill_steps)
     if end.leftovers_killed:
         evidence["leftover_processes_killed"] = len(end.leftovers_killed)
         evidence["leftover_processes"] = end.leftovers_killed
-    if "SIGKILL" in end.kill_steps:
+    if KillStep.KILL in end.kill_steps:
         evidence["teardown"] = {"waited_s": round(end.teardown_s, 3), "states_seen": end.teardown_states}
     if end.unkillable:
         evidence["unkillable"] = end.state
@@ -175,15 +177,18 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
     measurements: Dict[str, Any] = {}
     if end.timed_out:
         status = Status.HANG
-        message = f"no verdict within {timeout:g}s; child killed ({', '.join(end.kill_steps)})"
+        steps = ", ".join(step_texts(end.kill_steps))
+        message = f"no verdict within {timeout:g}s; child killed ({steps})"
         if end.never_started:
             message = f"the child never started its task (stuck starting Python, importing torch or " \
-                      f"initialising the GPU runtime); killed ({', '.join(end.kill_steps)})"
-        if end.in_first_use and end.first_use_limit is not None:
+                      f"initialising the GPU runtime); killed ({steps})"
+        if end.declared_hang is not None:
+            message = f"{end.declared_hang}; child killed with its processes ({steps})"
+        elif end.in_first_use and end.first_use_limit is not None:
             message = f"first use (compilation, kernel search) ran past its {end.first_use_limit:g}s limit; " \
-                      f"child killed ({', '.join(end.kill_steps)})"
+                      f"child killed ({steps})"
         elif end.in_first_use:
-            message = f"no verdict within {timeout:g}s (first use included); child killed ({', '.join(end.kill_steps)})"
+            message = f"no verdict within {timeout:g}s (first use included); child killed ({steps})"
         if end.unkillable:
             message = f"no verdict within {timeout:g}s and the child could not be killed " \
                       f"(state {end.state.get('status', '?')} {end.teardown_s:.0f}s after SIGKILL)"

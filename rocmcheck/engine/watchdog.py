@@ -1,31 +1,27 @@
 """Supervise one child: wait for its end or its deadline, then kill the whole tree.
 
-On timeout: ask for every thread's Python stack (SIGUSR1 -> faulthandler), TERM the
-process group, KILL it after a grace period, then wait a bounded time (tens of seconds:
-a GPU process killed mid-kernel spends seconds in driver teardown). A child that still
-lives then is recorded as unkillable (with its /proc state) and abandoned: the run goes
-on instead of hanging with it.
+On timeout, or when the probe declared a hang (`ctx.hang`: helpers it started, a collective's
+ranks, are stuck), the watchdog takes the steps of its `KillPolicy`: ask for every thread's
+Python stack (SIGUSR1 -> faulthandler), TERM the process group, KILL it after a grace period,
+then wait a bounded time for the tree to go (the policy's teardown: a GPU process killed
+mid-kernel spends seconds in driver teardown). A child that still lives then is recorded as
+unkillable (with its /proc state) and abandoned: the run goes on instead of hanging with it.
 """
 from __future__ import annotations
 
 import os
-import signal
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 from ..markers import TaskFiles
 from .capture import OutputDrain
+from .killpolicy import SIGKILL, KillPolicy, KillStep
 from .launch import ChildProcess
 from .proctree import leftovers, process_state
 
-STACK_WAIT_S = 0.3
-TERM_GRACE_S = 0.5
-KILL_WAIT_S = 1.0  # after an interrupt: the user is waiting
-TEARDOWN_WAIT_S = 30.0  # after SIGKILL on timeout: a GPU process spends seconds in driver teardown (state D)
 FIRST_USE_PROGRESS_S = 15.0  # while a probe is in first use (a compile, a cold kernel search): say so this often
 STARTUP_LIMIT_S = 120.0  # interpreter start, `import torch` and GPU runtime init (a cold start): not the timeout
-SIGKILL = getattr(signal, "SIGKILL", 9)  # Windows: the job is terminated instead
 
 
 @dataclass
@@ -34,7 +30,8 @@ class ChildEnd:
 
     returncode: Optional[int]
     elapsed_s: float
-    timed_out: bool = False
+    timed_out: bool = False  # ended as hung: its deadline passed, or its probe declared a hang
+    declared_hang: Optional[str] = None  # the probe's own words when it declared the hang (`ctx.hang`)
     never_started: bool = False  # timed out before the child began its task (stuck importing or initialising)
     in_first_use: bool = False  # timed out inside the probe's first call (`ctx.first_use()`)
     first_use_limit: Optional[float] = None  # the first-use limit that ran out (None: the timeout bounded it)
@@ -46,27 +43,32 @@ class ChildEnd:
     output_cut: int = 0
     leftovers_killed: list = field(default_factory=list)  # "pid command" of each
     state: Dict[str, str] = field(default_factory=dict)
-    kill_steps: list = field(default_factory=list)
+    kill_steps: List[KillStep] = field(default_factory=list)
     teardown_s: float = 0.0  # from SIGKILL to the end (or to giving up)
     teardown_states: list = field(default_factory=list)  # process states seen meanwhile
 
 
-def _kill_after_timeout(child: ChildProcess, end: ChildEnd, teardown_wait: float) -> None:
-    if hasattr(signal, "SIGUSR1"):
-        try:
-            os.kill(child.pid, signal.SIGUSR1)
-            end.kill_steps.append("SIGUSR1 (stack dump)")
-        except OSError:
-            pass
-        time.sleep(STACK_WAIT_S)
-    child.signal_tree(signal.SIGTERM)
-    end.kill_steps.append("SIGTERM")
-    end.returncode = child.wait(TERM_GRACE_S)
-    if end.returncode is not None or child.lost:
-        return
-    child.signal_tree(SIGKILL)
-    end.kill_steps.append("SIGKILL")
-    _wait_for_teardown(child, end, teardown_wait)
+def _kill_hung(child: ChildProcess, end: ChildEnd, policy: KillPolicy) -> None:
+    """Take the policy's steps in order until the child is gone; each step taken is recorded."""
+    for step, wait in policy.steps:
+        if step is KillStep.STACK_DUMP:  # to the child alone: the processes it started may not handle SIGUSR1
+            if step.signum is None:
+                continue
+            try:
+                os.kill(child.pid, step.signum)
+            except OSError:
+                continue
+            end.kill_steps.append(step)
+            time.sleep(wait)
+            continue
+        child.signal_tree(step.signum)
+        end.kill_steps.append(step)
+        if step is KillStep.KILL:
+            _wait_for_teardown(child, end, wait)
+            return
+        end.returncode = child.wait(wait)
+        if end.returncode is not None or child.lost:
+            return
 
 
 def _wait_for_teardown(child: ChildProcess, end: ChildEnd, limit: float) -> None:
@@ -88,7 +90,7 @@ def _wait_for_teardown(child: ChildProcess, end: ChildEnd, limit: float) -> None
 
 def supervise(child: ChildProcess, timeout: float, files: Optional[TaskFiles] = None,
               startup_limit: float = STARTUP_LIMIT_S, first_use_limit: Optional[float] = None,
-              teardown_wait: float = TEARDOWN_WAIT_S,
+              policy: KillPolicy = KillPolicy(),
               on_first_use: Optional[Callable[[float], None]] = None,
               drain: Optional[OutputDrain] = None) -> ChildEnd:
     """Wait for `child`; always returns, always leaves no tree behind (save an unkillable
@@ -98,7 +100,9 @@ def supervise(child: ChildProcess, timeout: float, files: Optional[TaskFiles] = 
     the timeout (the child moves the marker forward by it); with None, the timeout bounds
     everything after the marker, first use included. `elapsed_s` is wall time from the marker.
     `on_first_use(seconds)` hears every FIRST_USE_PROGRESS_S of one first use (minutes of
-    compiling must not look like a hang). An interrupt (Ctrl-C, SIGTERM) kills the tree and re-raises.
+    compiling must not look like a hang). A child past its deadline, or whose probe declared a
+    hang (`files.declared_hang`), is ended by `policy`'s steps. An interrupt (Ctrl-C, SIGTERM)
+    SIGKILLs the tree, waits the policy's `interrupt_wait_s` for it, and re-raises.
 
     With `drain` (the output drain of a worker child, which outlives its tasks), the task also
     ends when its result file appears: the child is left running (`alive`), with this task's
@@ -135,12 +139,13 @@ def supervise(child: ChildProcess, timeout: float, files: Optional[TaskFiles] = 
                     count += 1
                 said = (since, count)
             left = deadline - time.monotonic()
-            if left <= 0:
+            end.declared_hang = files.declared_hang() if began is not None and files else None
+            if left <= 0 or end.declared_hang is not None:
                 end.timed_out = True
                 end.never_started = began is None
                 end.in_first_use = warming is not None
                 end.first_use_limit = first_use_limit if warming is not None else None
-                _kill_after_timeout(child, end, teardown_wait)
+                _kill_hung(child, end, policy)
                 break
             if own_drain or not drain.open or drain.ended:
                 end.returncode = child.wait(min(left, 0.25 if began is not None else 0.02))
@@ -149,7 +154,7 @@ def supervise(child: ChildProcess, timeout: float, files: Optional[TaskFiles] = 
                 end.returncode = child.wait(0)
     except BaseException:
         child.signal_tree(SIGKILL)
-        child.wait(KILL_WAIT_S)
+        child.wait(policy.interrupt_wait_s)
         raise
     finally:
         end.elapsed_s = time.monotonic() - (began if began is not None else start)

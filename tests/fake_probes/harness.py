@@ -101,6 +101,16 @@ def fake_ignore_term(ctx):
     _block_in_c()
 
 
+@rocmcheck.probe("fake-helper-stuck", title="declares its helper process stuck", targets="a collective's stuck rank",
+                 timeout=30)
+def fake_helper_stuck(ctx):
+    _start()
+    helper = ctx.start_process(["-c", "import time; time.sleep(600)"], {})
+    _record(helper.pid)
+    codes = ctx.wait_processes([helper], margin_s=ctx.timeout - 0.5)  # it gets half a second
+    ctx.hang(f"the helper did not finish (exit code {codes[0]})")
+
+
 @rocmcheck.probe("fake-flood", title="floods output", targets="megabytes of output", timeout=60)
 def fake_flood(ctx):
     _start()
