@@ -381,8 +381,11 @@ def start_ranks(ctx, backend, workdir, timeout):
                "MASTER_PORT": str(port)}
         argv = ["--backend", backend, "--timeout", f"{timeout:.1f}", "--result", os.path.join(workdir, f"{rank}.json"),
                 "--stack", os.path.join(workdir, f"{rank}.stack")]
-        ranks.append(ctx.start_process([os.path.abspath(__file__), *argv], {**rocmcheck_path_env(), **env},
-                                       fork=(lambda argv=argv: rank_entry(argv)) if fork else None))
+        env.update(rocmcheck_path_env())
+        if fork:  # a reproducer embeds this module and forks: it has no file of its own to start
+            ranks.append(ctx.start_process(argv, env, fork=lambda argv=argv: rank_entry(argv)))
+        else:
+            ranks.append(ctx.start_process([os.path.abspath(__file__), *argv], env))
     return ranks
 
 

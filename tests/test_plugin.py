@@ -93,7 +93,7 @@ def test_inert_without_the_flag(pytester: pytest.Pytester) -> None:
             assert "torch" not in sys.modules
             loaded = {m for m in sys.modules if m.startswith("rocmcheck")}  # in every pytest run: almost nothing
             assert loaded == {"rocmcheck", "rocmcheck.errors", "rocmcheck.plugin", "rocmcheck.engine",
-                              "rocmcheck.engine.options"}, loaded
+                              "rocmcheck.engine.options", "rocmcheck.engine.killpolicy"}, loaded
     """)
     result = run(pytester)
     result.assert_outcomes(passed=1)
