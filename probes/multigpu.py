@@ -381,11 +381,10 @@ def start_ranks(ctx, backend, workdir, timeout):
                "MASTER_PORT": str(port)}
         argv = ["--backend", backend, "--timeout", f"{timeout:.1f}", "--result", os.path.join(workdir, f"{rank}.json"),
                 "--stack", os.path.join(workdir, f"{rank}.stack")]
-        env.update(rocmcheck_path_env())
-        if fork:  # a reproducer embeds this module and forks: it has no file of its own to start
+        if fork:  # a reproducer embeds this module (no file of its own) and forks: it shares this sys.path
             ranks.append(ctx.start_process(argv, env, fork=lambda argv=argv: rank_entry(argv)))
         else:
-            ranks.append(ctx.start_process([os.path.abspath(__file__), *argv], env))
+            ranks.append(ctx.start_process([os.path.abspath(__file__), *argv], {**rocmcheck_path_env(), **env}))
     return ranks
 
 
