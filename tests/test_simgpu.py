@@ -2,14 +2,17 @@
 cache (the build takes 30-130 s; a cached one loads in a few hundredths of a second)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from rocmcheck import simgpu
@@ -156,6 +159,49 @@ def test_the_simulated_gate_pays_one_runtime_init(tmp_path, simgpu_built):
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "GO" in proc.stdout
     assert (walls[4] - walls[0]) / 4 < 1.5, walls
+
+
+def _build_processes(cache: Path) -> dict:
+    """The live processes working in `cache`, by name: ninja and the compilers of a build into it."""
+    found = {}
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and Path(proc.cwd()).is_relative_to(cache):
+                found[proc] = proc.name()
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+def test_an_interrupted_first_build_leaves_no_compiler_running(tmp_path):
+    """Issue 31: SIGTERM to the gate during the first build exited 2 but left c++ and cc1plus running
+    (ninja gives each its own process group, and torch SIGKILLs ninja on an exception). The build
+    says that it starts, and once interrupted, nothing of it may outlive the gate: orphaned, the
+    compilers ran on for the rest of the build (20 s and more here), far past the 5 s allowed."""
+    cache = tmp_path / "cache"
+    env = {**os.environ, simgpu.CACHE_ENV: str(cache)}
+    gate = subprocess.Popen([sys.executable, "-m", "rocmcheck", "gate", "--inject", "simgpu:2", "--out-dir",
+                             str(tmp_path / "out")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not {"cc1plus", "c++", "g++", "clang++", "clang"} & set(_build_processes(cache).values()):
+            assert gate.poll() is None, gate.communicate()
+            assert time.monotonic() < deadline, "no compiler started in 300 s"
+            time.sleep(0.1)
+        gate.send_signal(signal.SIGTERM)  # the gate alone, as a scheduler's kill of its pid
+        _, err = gate.communicate(timeout=60)
+        gone_by = time.monotonic() + 5
+        while _build_processes(cache) and time.monotonic() < gone_by:
+            time.sleep(0.1)
+        left = _build_processes(cache)
+    finally:
+        gate.kill()
+        for proc in _build_processes(cache):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+    assert gate.returncode == 2, err
+    assert "building the simulated GPU extension for torch" in err and "build was stopped" in err, err
+    assert not left
 
 
 @pytest.mark.parametrize("device, facts_process_runs_the_probe", [("simgpu:0", True), ("cpu", False)])
