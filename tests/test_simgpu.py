@@ -142,23 +142,19 @@ def test_the_device_option_names_simulated_gpus():
 
 
 def test_the_simulated_gate_pays_one_runtime_init(tmp_path, simgpu_built):
-    """Issue 23, counted from the outside: each runtime init of the simulated GPU sleeps
-    ROCMCHECK_SIMGPU_INIT_S, so (wall at 4 s - wall at 0 s) / 4 is the number of inits on the
-    gate's path. The device facts initialise the runtime (as torch.cuda.get_device_properties
-    does) in the worker that then runs the GPU's probes: one init. One child per variant made
-    it 35; a facts child of its own, 2. (The whole gate adds allocator[default]'s own
-    interpreter: 2, `benchmarks/bench_runtime_inits.py`.)"""
+    """Issue 23, counted by the device itself: each process's runtime init appends its pid to
+    ROCMCHECK_SIMGPU_INIT_LOG (a count from wall time flaked under load: issue 31). The device
+    facts initialise the runtime (as torch.cuda.get_device_properties does) in the worker that
+    then runs the GPU's probes: one init. One child per variant made it 35; a facts child of its
+    own, 2. (The whole gate adds allocator[default]'s own interpreter: 2, timed by
+    `benchmarks/bench_runtime_inits.py`.)"""
+    inits = tmp_path / "inits"
     cmd = [sys.executable, "-m", "rocmcheck", "gate", "--inject", "simgpu:1", "--out-dir", str(tmp_path),
            *[arg for probe in ("device-smoke", "numerics", "config-lint", "gemm") for arg in ("--require", probe)]]
-    walls = {}
-    for cost in (0, 4):
-        start = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                              env={**os.environ, simgpu.INIT_ENV: str(cost)})
-        walls[cost] = time.monotonic() - start
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "GO" in proc.stdout
-    assert (walls[4] - walls[0]) / 4 < 1.5, walls
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, simgpu.INIT_LOG_ENV: str(inits)})
+    assert proc.returncode == 0 and "GO" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert len(inits.read_text().split()) == 1, inits.read_text()
 
 
 def _build_processes(cache: Path) -> dict:

@@ -33,6 +33,7 @@ MIN_TORCH = (2, 11)
 SOURCE = Path(__file__).with_name("simgpu.cpp")
 CACHE_ENV = "ROCMCHECK_SIMGPU_CACHE"
 INIT_ENV = "ROCMCHECK_SIMGPU_INIT_S"  # seconds each process's first device initialisation costs
+INIT_LOG_ENV = "ROCMCHECK_SIMGPU_INIT_LOG"  # a file each process's device initialisation appends its pid to
 FAULTS = ("copy-tail", "stale-side-stream", "wrong-device")  # planted in the device (simgpu.cpp set_fault)
 _ext: Optional[ModuleType] = None
 
@@ -269,6 +270,7 @@ def enable(count: int = 2, init_seconds: Optional[float] = None) -> ModuleType:
     ext.set_device_count(count)
     seconds = init_seconds if init_seconds is not None else float(os.environ.get(INIT_ENV) or 0)
     ext.set_init_seconds(seconds)
+    ext.set_init_log(os.environ.get(INIT_LOG_ENV, ""))  # how tests count inits without timing them
     if not hasattr(torch, NAME):
         torch.utils.rename_privateuse1_backend(NAME)
         torch._register_device_module(NAME, _DeviceModule(f"torch.{NAME}"))
