@@ -1,6 +1,8 @@
 # The two commands of the README's quick start:
-#   make gate   set up a virtual environment and run `rocmcheck gate` on the default device
-#   make test   set up the same environment with the test tools and run the test suite
+#   make gate   set up a virtual environment with rocmcheck and torch, and run `rocmcheck gate` on the default device
+#   make test   the same environment plus the test tools and the hf extra, then the test suite
+# Each has its stamp: $(VENV)/.installed-gate (rocmcheck and torch) and $(VENV)/.installed (all of it,
+# what a developer sets up), so `make gate` then `make test` in one folder adds what the tests need.
 # torch: one already importable in the environment is reused; otherwise the build that fits the
 # host is installed (AMD GPU: PyTorch's ROCm wheels; NVIDIA GPU: the default CUDA wheels; no GPU:
 # $(TORCH_NO_GPU)), and the choice is printed with its reason. Overrides always win:
@@ -25,7 +27,7 @@ BIN := $(VENV)/bin
 
 .PHONY: gate test simgpu-test clean compat cuda-build-test
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed-gate: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	@if $(BIN)/python -c "import torch" 2>/dev/null; then \
@@ -36,10 +38,14 @@ $(VENV)/.installed: pyproject.toml
 			$(if $(TORCH),--requirement "$(TORCH)") $(if $(TORCH_INDEX),--index "$(TORCH_INDEX)")) && \
 		echo "$(BIN)/python -m pip install -q $$args" && $(BIN)/python -m pip install -q $$args; \
 	fi
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.installed-gate
 	$(BIN)/python -m pip install -q -e ".[test,hf]"
 	touch $@
 
-gate: $(VENV)/.installed
+gate: $(VENV)/.installed-gate
 	$(BIN)/rocmcheck gate
 
 test: $(VENV)/.installed

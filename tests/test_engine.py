@@ -451,6 +451,25 @@ def test_device_that_is_not_present_is_a_usage_error():
         Runner(RunOptions(device="cuda:3", write_files=False)).run([])
 
 
+@pytest.mark.parametrize("command", [["gate", "--out-dir", "out"], ["run", "--out-dir", "out"], ["env"]],
+                         ids=["gate", "run", "env"])
+def test_a_device_that_is_not_present_leaves_no_folder_in_tmpdir(tmp_path, command):
+    """Issue 31: each `--device cuda:7` left a rocmcheck-XXXX scratch folder behind. (torch's
+    compile cache, torchinductor_<user>, is torch's own, created once and reused by every run.)"""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "rocmcheck", *command, "--device", "cuda:7"], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmpdir)})
+    assert proc.returncode == 2 and "device cuda:7 is not present" in proc.stderr, proc.stderr[-2000:]
+    assert [p.name for p in tmpdir.iterdir() if not p.name.startswith("torchinductor_")] == []
+
+
+def test_the_suite_keeps_the_temporary_folders_of_failed_tests_only(request):
+    """Issue 31: `make test` left 1.2 GB of temporary folders, those of passing tests included."""
+    assert request.config.getini("tmp_path_retention_policy") == "failed"
+    assert int(request.config.getini("tmp_path_retention_count")) == 1
+
+
 def test_an_interrupted_gate_in_python_is_no_verdict_not_no_go(monkeypatch):
     """Like the command (UNKNOWN, exit 2): an interruption never becomes GateFailed, the NO-GO of a bad node."""
     from rocmcheck import gate_api

@@ -7,9 +7,13 @@ confidence; precision and recall over the corpus have floors here.
 """
 from __future__ import annotations
 
+import codecs
 import io
 import json
+import random
 import re
+import struct
+import sys
 from pathlib import Path
 
 try:
@@ -94,6 +98,40 @@ def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, argv, stdin, mess
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+LOG = "step 1 loss 2.3\n" * 5 + "torch 2.4.1+rocm6.0 on gfx1031\n" + NO_BINARY_LOG
+
+
+@pytest.mark.parametrize("how, data", [
+    ("padded with NULs by a hard reset", LOG.encode()[:40] + b"\0" * 4096 + LOG.encode()[40:] + b"\0" * 65536),
+    ("NULs first", b"\0" * 16384 + LOG.encode()),
+    ("PowerShell's > (UTF-16 with a BOM)", LOG.replace("\n", "\r\n").encode("utf-16")),
+    ("UTF-16 without a BOM", LOG.encode("utf-16-le")),
+    ("UTF-16 big-endian without a BOM", LOG.encode("utf-16-be")),
+    ("UTF-8 with a BOM", codecs.BOM_UTF8 + LOG.encode()),
+])
+def test_a_log_padded_with_nuls_or_in_utf16_is_read(tmp_path, capsys, how, data):
+    """Issue 31: both were refused as binary data."""
+    log = tmp_path / "train.log"
+    log.write_bytes(data)
+    assert main(["explain", str(log), "--elsewhere"]) == 0, how
+    out = capsys.readouterr().out
+    assert "line 8: hipErrorNoBinaryForGpu" in out and "arch gfx1031, torch 2.4.1+rocm6.0" in out, how
+
+
+@pytest.mark.parametrize("data", [
+    b"\0\1binary",
+    random.Random(31).randbytes(20000),
+    Path(sys.executable).resolve().read_bytes()[:65536],  # an executable: NULs and other controls
+    struct.pack("1000f", *range(1000)),  # floats: NULs dropped, the rest is not UTF-8
+])
+def test_binary_data_is_still_refused_in_one_line(tmp_path, capsys, data):
+    blob = tmp_path / "blob"
+    blob.write_bytes(data)
+    assert main(["explain", str(blob)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a text log (binary data)" in err and err.count("\n") == 1
 
 
 def test_the_log_is_redacted_and_facts_disagreeing_with_each_other_are_named():

@@ -120,6 +120,7 @@ def test_multi_node_recipe_runs_under_torchrun_over_loopback(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROCMCHECK_", "LOCAL_RANK"))}
+    env["TMPDIR"] = str(tmp_path)  # torchrun keeps its logs in a torchelastic_* folder it never removes
     nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
                                f"--node-rank={rank}", "--master-addr=127.0.0.1", f"--master-port={port}",
                                "-m", "rocmcheck.probes.multigpu", "--backend", "gloo", "--timeout", "90"],

@@ -67,6 +67,19 @@ def test_torch_choice_fits_the_host(tmp_path, amd, nvidia, build, args):
     assert (choice.build, choice.pip_args) == (build, args)
 
 
+def test_without_a_gpu_only_pytorchs_cpu_index_is_called_the_cpu_build(tmp_path):
+    """Issue 31: `make gate` said "PyTorch's CPU build" while installing torch==2.13.0 from pip's
+    configured index, which on PyPI for Linux is the CUDA wheel (GBs)."""
+    host = hostgpu.read(make_host(tmp_path), ROOT_ID, environ={})
+    configured = hostgpu.torch_choice(host, no_gpu_requirement="torch==2.13.0", no_gpu_index="")
+    assert configured.pip_args == ("torch==2.13.0",)
+    assert "CPU build" not in configured.reason and "torch==2.13.0 from pip's configured index" in configured.reason
+    assert hostgpu.CPU_INDEX in configured.reason  # where the CPU-only wheels are
+    other = hostgpu.torch_choice(host, no_gpu_index="https://example.invalid/whl")
+    assert other.reason == "this host has no GPU: torch from https://example.invalid/whl"
+    assert hostgpu.torch_choice(host).reason == "this host has no GPU: PyTorch's CPU build"
+
+
 def test_torch_choice_overrides_always_win(tmp_path, monkeypatch):
     host = hostgpu.read(make_host(tmp_path, amd=1), ROOT_ID, environ={})
     assert hostgpu.torch_choice(host, requirement="torch==2.9.1").pip_args[0] == "torch==2.9.1"
@@ -121,7 +134,7 @@ def test_module_prints_the_pip_arguments_for_make(tmp_path):
     run = subprocess.run([sys.executable, "-m", "rocmcheck.host.hostgpu", "--no-gpu-requirement", "torch==2.13.0"],
                          capture_output=True, text=True, env=env, check=True)
     assert run.stdout.split() == ["torch", "--index-url", hostgpu.ROCM_INDEX]
-    assert "rocm build, because this host has 1 AMD GPU" in run.stderr
+    assert "installing torch, because this host has 1 AMD GPU: PyTorch's ROCm build" in run.stderr
     run = subprocess.run([sys.executable, "-m", "rocmcheck.host.hostgpu", "--requirement", "torch==2.9.1", "--index",
                           "https://example.invalid/rocm"], capture_output=True, text=True, env=env, check=True)
     assert run.stdout.split() == ["torch==2.9.1", "--index-url", "https://example.invalid/rocm"]

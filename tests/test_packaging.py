@@ -258,3 +258,21 @@ def test_without_torch_list_env_help_matrix_and_diff_work(bare_venv, gate_report
     env = json.loads(run_in(bare_venv, ["rocmcheck", "env", "--json"], elsewhere).stdout)
     assert "No module named 'torch'" in env["device_facts"]["torch_error"]
     assert env["host"]["gpus"]["gpus"] == {"amd": 0, "nvidia": 0}
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_gate_installs_rocmcheck_and_torch_only_and_make_test_then_adds_the_extras(tmp_path):
+    """Issue 31: `make gate` installed the test and hf extras too, though the README says it installs
+    rocmcheck and torch; `make test` after it, in the same folder, must notice they are missing."""
+    venv = tmp_path / "venv"
+
+    def dry_run(target: str) -> str:
+        return subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout
+
+    gate = dry_run("gate")
+    assert "pip install -q -e .\n" in gate and "[test" not in gate and "rocmcheck gate" in gate
+    venv.mkdir()
+    (venv / ".installed-gate").touch()  # what `make gate` leaves
+    test = dry_run("test")
+    assert 'pip install -q -e ".[test,hf]"' in test and "-m venv" not in test and "pytest" in test

@@ -186,7 +186,8 @@ def test_rank_program_runs_under_torchrun_and_takes_exported_faults(tmp_path):
     script = probe_module("multigpu").__file__
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", script,
            "--backend", "gloo", "--checks", "all_reduce", "--timeout", "60"]
-    env = {**os.environ, "ROCMCHECK_RANK_FAULTS": "all_reduce-wrong"}
+    # TMPDIR: torchrun keeps its logs in a torchelastic_* folder it never removes
+    env = {**os.environ, "ROCMCHECK_RANK_FAULTS": "all_reduce-wrong", "TMPDIR": str(tmp_path)}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode != 0 and len(lines) == 2

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
@@ -55,6 +56,9 @@ class Runner:
         faults.prepare(faults.parse(options.inject))  # what the faults need done once in the parent (a build)
         self.run_id = new_run_id()
         self.tmp = scratch_dir()
+        # removed when the run closes, and failing that when the runner goes or the interpreter exits
+        # (bad input after the start, a test that skips half-way): no rocmcheck-* folder is left behind
+        self._remove_tmp = weakref.finalize(self, shutil.rmtree, self.tmp, ignore_errors=True)
         self.notes: List[str] = []
         self.verdicts: List[Verdict] = []
         self.isolation = Isolation(options.isolation, options.probes_paths, options.env, options.inject,
@@ -382,12 +386,14 @@ class Runner:
         self.sections[name] = data
 
     def close_launcher(self) -> None:
+        """Stop the launcher and remove the children's scratch folder: every end of a run comes here
+        (finish, an error out of `run` such as a device that is not there, the plugin's abort)."""
         self.isolation.close()
+        self._remove_tmp()
 
     def finish(self, interrupted: Optional[str] = None) -> Dict[str, Any]:
         """End the run: stop the launcher, close the journal, write and return the report."""
-        self.close_launcher()
-        shutil.rmtree(self.tmp, ignore_errors=True)  # task and result files; on /dev/shm they hold memory
+        self.close_launcher()  # and the task and result files with it: on /dev/shm they hold memory
         report = self.report(partial=interrupted is not None, interrupted=interrupted)
         self._journal({"record": "end", "run": report["run"]})
         if self.journal:

@@ -305,8 +305,15 @@ def torch_choice(host: HostGpus, requirement: Optional[str] = None, index: Optio
         extra = ("--index-url", CUDA_WINDOWS_INDEX) if platform == "win32" else ()
         return TorchChoice("cuda", (requirement or "torch", *extra),
                            f"this host has {nvidia} NVIDIA GPU{'s' * (nvidia > 1)}{also}: PyTorch's CUDA build")
-    where = ("--index-url", no_gpu_index) if no_gpu_index else ()
-    return TorchChoice("cpu", (requirement or no_gpu_requirement, *where), "this host has no GPU: PyTorch's CPU build")
+    wanted = requirement or no_gpu_requirement
+    if no_gpu_index == CPU_INDEX:
+        return TorchChoice("cpu", (wanted, "--index-url", CPU_INDEX), "this host has no GPU: PyTorch's CPU build")
+    # another index serves whichever build it holds: say where torch comes from, not which build it is
+    where = f"from {no_gpu_index}" if no_gpu_index else (
+        f"from pip's configured index (PyPI's Linux torch is the CUDA build, GBs of libraries a host without GPU "
+        f"never uses; PyTorch's CPU-only wheels are at {CPU_INDEX})")
+    return TorchChoice("override", (wanted, *(("--index-url", no_gpu_index) if no_gpu_index else ())),
+                       f"this host has no GPU: {wanted} {where}")
 
 
 @dataclass(frozen=True)
@@ -398,7 +405,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     choice = torch_choice(read(), args.requirement, args.index, args.no_gpu_requirement,
                           no_gpu_index=args.no_gpu_index)
-    print(f"rocmcheck: installing torch: {choice.build} build, because {choice.reason}", file=sys.stderr)
+    print(f"rocmcheck: installing torch, because {choice.reason}", file=sys.stderr)
     print(" ".join(choice.pip_args))
     return 0
 

@@ -11,6 +11,7 @@ result is redacted before anyone sees it.
 from __future__ import annotations
 
 import bisect
+import codecs
 import json
 import os
 import re
@@ -36,19 +37,56 @@ ROCM_SIGNATURES = {"hip-no-binary-for-gpu", "hip-error", "hsa-memory-access-faul
                    "hipblas-status"}
 CUDA_SIGNATURES = {"cuda-no-kernel-image", "cublas-status", "cudnn-status"}
 OS_NAMES = {"windows": "windows", "wsl": "linux wsl"}  # anything else a log names is a Linux
+TEXT_HEAD = 8192  # characters looked at to tell a log from binary data
+TEXT_CONTROLS = frozenset("\t\n\r\f\v\b\a\x1b")  # what logs print (colours, progress bars); other controls are binary
+NOT_TEXT_SHARE = 0.05
 
 
 def read_log(path: str) -> str:
-    """The text of FILE, or of stdin for '-'; undecodable bytes replaced. Bad input: UsageError."""
+    """The text of FILE, or of stdin for '-' (UTF-8 or UTF-16, see `decode`). Bad input: UsageError."""
     try:
         data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()  # noqa: SIM115 - read at once
     except OSError as exc:
         raise UsageError(f"cannot read the log '{path}' ({exc.strerror or exc})") from None
-    if not data.strip():
-        raise UsageError(f"the log '{path}' is empty" if path != "-" else "no log on stdin (pipe one in, or name FILE)")
-    if b"\0" in data[:8192]:
+    text = decode(data)
+    if text is None:
         raise UsageError(f"'{path}' is not a text log (binary data)")
-    return data.decode("utf-8", errors="replace")
+    if not text.strip():
+        raise UsageError(f"the log '{path}' is empty" if path != "-" else "no log on stdin (pipe one in, or name FILE)")
+    return text
+
+
+def decode(data: bytes) -> Optional[str]:
+    """The text of a log as users hand it over, or None for binary data. UTF-16 is what Windows
+    PowerShell's `>` writes (with a BOM; without one it is told by a NUL in every other byte);
+    anything else is read as UTF-8 with its NUL bytes dropped, since a log written up to a hard
+    reset comes back padded with blocks of NULs. What is left must look like text: in its first
+    TEXT_HEAD characters, undecodable bytes and control characters no log prints stay under
+    NOT_TEXT_SHARE."""
+    order = "utf-16" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else _utf16_without_bom(data)
+    if order:
+        text = data.decode(order, errors="replace").replace("\0", "")
+    else:
+        text = data.replace(b"\0", b"").decode("utf-8-sig", errors="replace")
+    head = text[:TEXT_HEAD]
+    not_text = sum(1 for c in head if c == "\ufffd" or ((c < " " or c == "\x7f") and c not in TEXT_CONTROLS))
+    return None if not_text > NOT_TEXT_SHARE * len(head) else text
+
+
+def _utf16_without_bom(data: bytes) -> Optional[str]:
+    """'utf-16-le' or 'utf-16-be' where the first TEXT_HEAD bytes have a NUL in nearly every odd
+    (or even) byte and almost none in the others, as UTF-16 text of mostly ASCII has; else None.
+    A run of NUL padding has NULs at both and is not mistaken for it."""
+    head = data[:TEXT_HEAD]
+    pairs = len(head) // 2
+    if pairs < 8:
+        return None
+    even, odd = head[0:2 * pairs:2].count(0), head[1:2 * pairs:2].count(0)
+    if odd >= 0.9 * pairs and even <= 0.1 * pairs:
+        return "utf-16-le"
+    if even >= 0.9 * pairs and odd <= 0.1 * pairs:
+        return "utf-16-be"
+    return None
 
 
 def _quote(text: str, start: int, end: int) -> str:

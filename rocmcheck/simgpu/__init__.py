@@ -4,7 +4,9 @@ events, pinned memory, per-GPU queues) runs through torch's real dispatcher with
 
 It is compiled on first use with `torch.utils.cpp_extension` into a cache keyed by the torch
 version and the source's hash ($ROCMCHECK_SIMGPU_CACHE, default ~/.cache/rocmcheck/simgpu), under
-a file lock so that concurrent processes build it once. It needs a C++ compiler and ninja.
+a file lock so that concurrent processes build it once. It needs a C++ compiler and ninja. The
+build runs in a child interpreter leading a session of its own, so that an interrupt ends every
+process of it (see `_compile`).
 """
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ import importlib.machinery
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any, Iterator, Optional
@@ -29,6 +33,7 @@ MIN_TORCH = (2, 11)
 SOURCE = Path(__file__).with_name("simgpu.cpp")
 CACHE_ENV = "ROCMCHECK_SIMGPU_CACHE"
 INIT_ENV = "ROCMCHECK_SIMGPU_INIT_S"  # seconds each process's first device initialisation costs
+INIT_LOG_ENV = "ROCMCHECK_SIMGPU_INIT_LOG"  # a file each process's device initialisation appends its pid to
 FAULTS = ("copy-tail", "stale-side-stream", "wrong-device")  # planted in the device (simgpu.cpp set_fault)
 _ext: Optional[ModuleType] = None
 
@@ -98,13 +103,78 @@ def build() -> ModuleType:
                 lacking = missing_tools()
                 if lacking:
                     raise UsageError(f"simulated GPUs need {lacking} to build the simgpu device")
-                from torch.utils.cpp_extension import load
-
                 (folder / "lock").unlink(missing_ok=True)  # torch's own lock, left by a build that was killed
-                load(f"{NAME}_ext", [str(SOURCE)], build_directory=str(folder), extra_cflags=["-O1"],
-                     verbose=False)
+                _compile(folder, torch.__version__)
     _ext = _import(built)
     return _ext
+
+
+_BUILD = ("import sys; from torch.utils.cpp_extension import load; "
+          "load(sys.argv[1], [sys.argv[2]], build_directory=sys.argv[3], extra_cflags=['-O1'], verbose=False)")
+
+
+def _compile(folder: Path, torch_version: str) -> None:
+    """Build the extension into `folder`, saying so on stderr (it takes 30-150 s and prints nothing).
+
+    The build runs in a child interpreter that leads a session of its own, and whatever stops the
+    wait (Ctrl-C, SIGTERM's Interrupted, any exception) ends every process of that session: ninja
+    gives each compiler a process group of its own, and torch's build SIGKILLs ninja when an
+    exception reaches it, so a build interrupted in this process left c++ and cc1plus running,
+    orphaned, until they finished. The session also keeps a terminal's Ctrl-C and `timeout`'s
+    signal to our group from reaching the build behind this process's back."""
+    log = folder / "build.log"
+    print(f"rocmcheck: building the simulated GPU extension for torch {torch_version} (first use, ~30-150 s)...",
+          file=sys.stderr, flush=True)
+    began = time.monotonic()
+    with open(log, "wb") as out:
+        child = subprocess.Popen([sys.executable, "-c", _BUILD, f"{NAME}_ext", str(SOURCE), str(folder)],
+                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = child.wait()
+        except BaseException:
+            _end_build(child)
+            print("rocmcheck: the simulated GPU build was stopped (no compiler of it is left running)",
+                  file=sys.stderr, flush=True)
+            raise
+    if code != 0:
+        raise UsageError(f"the simulated GPU extension did not build (exit {code}); its output is in {log}")
+    print(f"rocmcheck: built the simulated GPU extension in {time.monotonic() - began:.0f} s", file=sys.stderr,
+          flush=True)
+
+
+def _end_build(child: "subprocess.Popen[bytes]") -> None:
+    """SIGKILL every process of the build until none is left (ninja may start a compiler while the
+    others are killed), then reap the child. On POSIX the build is the child's session, which
+    finds a compiler whose parent is already gone; elsewhere it is the child's tree."""
+    import psutil
+
+    def members() -> list:
+        if not hasattr(os, "getsid"):
+            try:
+                return [psutil.Process(child.pid), *psutil.Process(child.pid).children(recursive=True)]
+            except psutil.Error:
+                return []
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                if os.getsid(proc.pid) == child.pid and proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except (OSError, psutil.Error):
+                continue
+        return found
+
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        alive = members()
+        if not alive:
+            break
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive, timeout=1.0)
+    child.wait()
 
 
 class _DeviceModule(ModuleType):
@@ -200,6 +270,7 @@ def enable(count: int = 2, init_seconds: Optional[float] = None) -> ModuleType:
     ext.set_device_count(count)
     seconds = init_seconds if init_seconds is not None else float(os.environ.get(INIT_ENV) or 0)
     ext.set_init_seconds(seconds)
+    ext.set_init_log(os.environ.get(INIT_LOG_ENV, ""))  # how tests count inits without timing them
     if not hasattr(torch, NAME):
         torch.utils.rename_privateuse1_backend(NAME)
         torch._register_device_module(NAME, _DeviceModule(f"torch.{NAME}"))

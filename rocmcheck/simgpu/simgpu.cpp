@@ -22,10 +22,18 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
+#ifdef _WIN32
+#include <process.h>
+#define getpid _getpid
+#else
+#include <unistd.h>
+#endif
 
 namespace {
 
@@ -37,6 +45,7 @@ constexpr size_t kTotalBytes = size_t(8) << 30;  // what each simulated GPU repo
 
 int g_count = 2;
 double g_init_s = 0;
+std::string& g_init_log = *new std::string();  // a file each runtime init appends its pid to ("" = none)
 thread_local DeviceIndex t_device = 0;
 thread_local StreamId t_stream[kMaxDevices] = {};
 std::atomic<StreamId> g_next_stream{1};
@@ -54,6 +63,7 @@ void lazy_init() {  // a runtime's first initialisation, as slow as ROCMCHECK_SI
   static std::once_flag once;
   std::call_once(once, [] {
     if (g_init_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(g_init_s));
+    if (!g_init_log.empty()) std::ofstream(g_init_log, std::ios::app) << getpid() << "\n";  // one short append
   });
 }
 
@@ -410,6 +420,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("current_device", [] { return int(t_device); });
   m.def("set_device", [](int i) { check_index(i); t_device = i; });
   m.def("set_init_seconds", [](double s) { g_init_s = s; });
+  m.def("set_init_log", [](const std::string& path) { g_init_log = path; });
   m.def("init", [] { lazy_init(); });  // what torch.cuda._lazy_init does: properties need the runtime
   m.def("set_fault", [](const std::string& name, int64_t value) {
     if (name == "copy-tail") g_tail_denominator = value;
