@@ -5,6 +5,8 @@ Run: python -m pytest benchmarks/bench_pattern.py --benchmark-columns=min,median
 
 extra_info["GBps"] is the pattern's bytes over the median time of one fill plus one check, the
 work the probe does per byte copied: divide a variant's copied bytes by it for its host time.
+`threads` 1 is one core's rate; 2 shows how chunks spread over cores (on a shared machine,
+compare with the CPU time of the run, not the wall time alone).
 The buffer is touched before timing, so page faults (the probe's allocation, not the pattern's
 cost) stay out.
 """
@@ -23,9 +25,10 @@ def fill_and_check(pattern: numeric.Pattern, buf: np.ndarray) -> numeric.BitChec
     return pattern.check(buf, 1)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype", numeric.PATTERN_DTYPES)
-def test_fill_and_check(benchmark, dtype):
-    pattern = numeric.Pattern(NBYTES // numeric.Pattern.itemsize(dtype), dtype)
+def test_fill_and_check(benchmark, dtype, threads):
+    pattern = numeric.Pattern(NBYTES // numeric.Pattern.itemsize(dtype), dtype, threads=threads)
     buf = np.zeros(pattern.n, dtype=pattern.store)
     check = benchmark.pedantic(fill_and_check, args=(pattern, buf), rounds=3, iterations=1)
     assert check.ok and check.total == pattern.n
