@@ -2,11 +2,12 @@
 buffer (`fill`) and checking a read-back against it bit for bit (`check`), per dtype.
 
 Run: python -m pytest benchmarks/bench_pattern.py --benchmark-columns=min,median,max,rounds
+Per core: add --benchmark-timer=time.process_time (CPU time of all threads: steady where other
+jobs share the cores, and the rate to multiply by a host's core count).
 
 extra_info["GBps"] is the pattern's bytes over the median time of one fill plus one check, the
 work the probe does per byte copied: divide a variant's copied bytes by it for its host time.
-`threads` 1 is one core's rate; 2 shows how chunks spread over cores (on a shared machine,
-compare with the CPU time of the run, not the wall time alone).
+`threads` 1 is one core's rate; 2 shows how chunks spread over cores.
 The buffer is touched before timing, so page faults (the probe's allocation, not the pattern's
 cost) stay out.
 """
