@@ -27,6 +27,24 @@ attributed with a device-side checksum: the device holding the right bytes means
 device-to-host, otherwise host-to-device. The side-stream method waits with `wait_stream` and
 `record_stream`, as PyTorch documents (ROCm/pytorch#3194 was closed as correct semantics).
 
+Cost (full profile, GPU host): at most ~30 s per variant on a 16-core host; the gate profile
+(0.4 GiB copied per variant) is unchanged. Each byte copied is written once as a pattern and
+checked once on the host, at ~1.3 GB/s per core for float32 and ~0.65 GB/s for the 16-bit dtypes
+(benchmarks/bench_pattern.py; `numeric.Pattern` spreads it over the cores), plus the host
+allocations and the copies themselves. So the plan holds each coverage class once, 12.6 GiB
+copied per variant (it was 33 GiB, and one variant outlasted 150 s on an H100 host):
+- every dtype, contiguous and strided, at 4 KiB and 1 MiB with 10 repeats (the repeat faults:
+  NaN on repeated copies, stale data) and at 64 MiB with 3 repeats (repeats 2 and 3 can read
+  the previous one's stale data): a dtype reaches a copy through its element size and its
+  conversion path, and 64 MiB is past the sizes (a few MiB) where runtimes change copy
+  engine or split a pageable copy into staging chunks;
+- 512 MiB in float32 only, 3 repeats: a copy moves bytes, so three more dtypes of that size
+  would spend 9 GiB on the paths the 64 MiB copies of those dtypes already took;
+- one copy past 2**31 elements and 2**32 bytes (bfloat16, 4 GiB + 2 MiB, twice) where memory
+  allows, else the largest that fits: 32-bit element indexes and byte counts overflow there,
+  and no smaller copy finds that. It replaces an 8 GiB float32 copy of exactly 2**31 elements,
+  whose last index still fit an int32: twice the bytes, one overflow fewer.
+
 On `--device cpu` every method still copies into separate storage (`copy=True`, a copy of the array where
 `as_tensor` would share memory), so the comparison runs for real; `.cuda()` and the side
 stream fall back to `.to(copy=True)` and pinning is skipped (the CPU has neither streams nor
@@ -53,14 +71,18 @@ ALL = numeric.PATTERN_DTYPES
 F32 = ("float32",)
 
 # (bytes, dtypes, repeats) per (device kind, profile); every entry runs contiguous and strided.
+# Why the GPU's full plan is what it is: the module's docstring, "Cost".
 PLANS = {
     ("gpu", "gate"): ((4 * KIB, ALL, 3), (MIB, ALL, 3), (64 * MIB, F32, 3)),
-    ("gpu", "full"): ((4 * KIB, ALL, 10), (MIB, ALL, 10), (64 * MIB, ALL, 10), (512 * MIB, ALL, 3)),
+    ("gpu", "full"): ((4 * KIB, ALL, 10), (MIB, ALL, 10), (64 * MIB, ALL, 3), (512 * MIB, F32, 3)),
     ("cpu", "gate"): ((4 * KIB, ALL, 2), (MIB, ALL, 2)),
     ("cpu", "full"): ((4 * KIB, ALL, 10), (MIB, ALL, 10)),
 }
-LARGEST_REPEATS = 2  # the largest copy that fits (full profile): float32, contiguous
-LARGEST_CAP = {"gpu": 8 * GIB, "cpu": 64 * MIB}  # 2**31 float32 elements (uint32-indexable); the CPU tests no device
+LARGEST_REPEATS = 2  # the largest copy that fits (full profile): contiguous, the second repeat after the first
+# (dtype, cap) of the largest copy. GPU: 2**31 + 2**20 bfloat16 elements (4 GiB + 2 MiB), past an int32 element
+# index, an int32 byte offset and a uint32 byte count at once, in half the bytes float32 would take. CPU: no device
+# to overflow, so a size that proves the comparison.
+LARGEST = {"gpu": ("bfloat16", 4 * GIB + 2 * MIB), "cpu": ("float32", 64 * MIB)}
 MAX_ATTRIBUTED = 3  # bad copies whose origin is checked with a device checksum
 ATTRIBUTION_WINDOW = 1 << 20  # elements around the first bad one whose checksums decide the direction
 UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as a number near 2**63
@@ -88,13 +110,17 @@ class Case:
 
 def plan(ctx: rocmcheck.ProbeContext) -> List[Case]:
     cases = [Case(nbytes, dtype, contiguous, repeats)
-             for nbytes, dtypes, repeats in PLANS[("gpu" if ctx.gpu_sized else "cpu", ctx.profile)]
+             for nbytes, dtypes, repeats in PLANS[(_kind(ctx), ctx.profile)]
              for dtype in dtypes for contiguous in (True, False)]
     if ctx.full:
         largest = largest_bytes(ctx)
         if largest > max(c.nbytes for c in cases):
-            cases.append(Case(largest, "float32", True, LARGEST_REPEATS))
+            cases.append(Case(largest, LARGEST[_kind(ctx)][0], True, LARGEST_REPEATS))
     return cases
+
+
+def _kind(ctx: rocmcheck.ProbeContext) -> str:
+    return "gpu" if ctx.gpu_sized else "cpu"
 
 
 def _read_int(path: Path) -> Optional[int]:
@@ -146,8 +172,8 @@ def host_free_bytes(root: Path) -> int:
 def largest_bytes(ctx: rocmcheck.ProbeContext) -> int:
     """The biggest single copy worth trying: a third of free device memory, a third of the host
     memory really available (source and read-back are the only full-size host buffers: the
-    pattern is written in place and checked chunk by chunk), capped (`LARGEST_CAP`)."""
-    size = min(host_free_bytes(hostgpu.host_root()) // 3, LARGEST_CAP["gpu" if ctx.gpu_sized else "cpu"])
+    pattern is written in place and checked chunk by chunk), capped (`LARGEST`)."""
+    size = min(host_free_bytes(hostgpu.host_root()) // 3, LARGEST[_kind(ctx)][1])
     if ctx.on_gpu:
 
         size = min(size, torchapi.memory_info(ctx.device)[0] // 3)

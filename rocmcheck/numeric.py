@@ -15,8 +15,9 @@ that take tensors.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .lazy import np, torch
 
@@ -309,18 +310,29 @@ class Pattern:
     subnormal, inf or NaN); integers are odd (never zero). `values(seed)` XORs a seed-specific
     non-zero mantissa mask into one hashed base, so two different seeds below 2**7 differ at
     every index: data left over from an earlier repeat cannot pass for the current one.
-    Everything is computed `CHUNK` elements at a time from the index alone, so a pattern of
-    GiBs is written in place (`fill`) and checked (`check`) with bounded temporaries, and any
-    slice can be rebuilt without the rest.
+    Every element is computed from its index alone, so a pattern of GiBs is written in place
+    (`fill`) and checked (`check`) without full-size temporaries, and any slice can be rebuilt
+    without the rest.
+
+    Speed (benchmarks/bench_pattern.py): the full transfer profile writes and checks tens of
+    GiB per variant, so this work must not bound the probe on a big host. Each `CHUNK` of
+    elements is one task for a thread (numpy's loops release the GIL, so chunks run on as many
+    cores as `threads`); inside a chunk, `BLOCK` elements at a time are hashed in place in a few
+    scratch arrays that stay in a core's cache. The result does not depend on either size nor on
+    the number of threads: each element's bits come from its index, chunks are combined in order.
     """
 
-    CHUNK = 1 << 22
+    CHUNK = 1 << 20  # elements per thread's task: 16 tasks for a 64 MiB float32 copy
+    # elements per block: 4 scratch arrays of 512 KiB stay near the core; smaller blocks spend more of their time
+    # in Python between numpy's loops, holding the GIL (~6% of a block's time at this size, 12% at half of it)
+    BLOCK = 1 << 17
+    MAX_THREADS = 16  # the GIL share above bounds the gain from more threads to about this many
 
-    def __init__(self, n: int, dtype: str):
+    def __init__(self, n: int, dtype: str, threads: Optional[int] = None):
         store, self.exp_bits, self.man_bits, self.exp_lo, self.exp_span = _PATTERN_FORMATS[dtype]
         self.n, self.dtype, self.store = n, dtype, store
         self.width = np.dtype(store).itemsize * 8
-        self._last: Optional[Tuple[int, int, Any]] = None  # the last chunk's seed-free bits: one chunk at most
+        self.threads = threads or _usable_cores(self.MAX_THREADS)
 
     @staticmethod
     def itemsize(dtype: str) -> int:
@@ -331,52 +343,108 @@ class Pattern:
         low = (seed * 37) % 128
         return low << 1 if self.man_bits == 31 else low << (self.man_bits - 7)
 
-    def _bits(self, seed: int, start: int, stop: int) -> Any:
-        """Unsigned bit patterns of elements start..stop for `seed` (a new array): the seed-free
-        bits XOR the seed's mask. A pattern of one chunk (every copy the gate checks) hashes its
-        indexes once for all its fills and checks, not once each (4x fewer passes over them)."""
-        if self._last is None or self._last[:2] != (start, stop):
-            self._last = (start, stop, self._base(start, stop))
-        return self._last[2] ^ self._last[2].dtype.type(self.mask(seed))
+    def _blocks(self, seed: int, start: int, stop: int) -> Iterator[Tuple[int, Any]]:
+        """(lo, the bits of elements lo..lo+len(bits) for `seed`) over start..stop, BLOCK at a time,
+        in one reused array (valid until the next step): the index hashed in place (h), the
+        exponent built in two scratch arrays (t, q), the fields ORed into h, then the seed's mask
+        XORed in on the way into the store's width (16-bit formats keep the low half). The
+        constants are numpy scalars made once: what a block spends outside numpy's loops holds
+        the GIL, and bounds how many threads help."""
+        u32 = np.uint32
+        k1, k2, s16, s13, s31, one = u32(0x9E3779B1), u32(0x85EBCA6B), u32(16), u32(13), u32(31), u32(1)
+        man, span, exp_lo, top = u32(self.man_bits), u32(self.exp_span), u32(self.exp_lo), u32(self.width - 1)
+        man_mask, mask = u32((1 << self.man_bits) - 1), u32(self.mask(seed))
+        ramp = np.arange(min(self.BLOCK, stop - start), dtype=u32)
+        h, t, q = np.empty_like(ramp), np.empty_like(ramp), np.empty_like(ramp)
+        out = np.empty(len(ramp), dtype=f"u{self.width // 8}")
+        for lo in range(start, stop, self.BLOCK):
+            if stop - lo < len(h):  # the last block is shorter
+                m = stop - lo
+                ramp, h, t, q, out = ramp[:m], h[:m], t[:m], q[:m], out[:m]
+            np.add(ramp, u32(lo), out=h)
+            h *= k1
+            h ^= np.right_shift(h, s16, out=t)
+            h *= k2
+            h ^= np.right_shift(h, s13, out=t)
+            if not self.exp_bits:  # integers: odd, so never zero
+                h |= one
+            else:
+                # exponent = exp_lo + (h >> man_bits) % exp_span; numpy vectorises a division by a
+                # scalar but not a remainder (20x slower), so the remainder is t - span * (t // span)
+                np.right_shift(h, man, out=t)
+                np.floor_divide(t, span, out=q)
+                q *= span
+                t -= q
+                t += exp_lo
+                t <<= man
+                np.right_shift(h, s31, out=q)  # the sign, into the format's top bit
+                q <<= top
+                t |= q
+                h &= man_mask
+                h |= t
+            yield lo, np.bitwise_xor(h, mask, out=out, casting="unsafe")
 
-    def _base(self, start: int, stop: int) -> Any:
-        """The seed-free bit patterns of elements start..stop, from the index alone."""
-        h = np.arange(start, stop, dtype=np.uint32)
-        h *= np.uint32(0x9E3779B1)
-        h ^= h >> np.uint32(16)
-        h *= np.uint32(0x85EBCA6B)
-        h ^= h >> np.uint32(13)
-        if not self.exp_bits:  # integers: odd, so never zero
-            base = h | np.uint32(1)
+    def _map(self, task: Callable[[int, int], List[Any]]) -> List[Any]:
+        """task(start, stop) for every chunk of 0..n, their lists joined in order; on `threads`
+        threads when there is more than one chunk (a pool per call: no thread outlives it, so a
+        child forked later inherits none)."""
+        chunks = [(start, min(start + self.CHUNK, self.n)) for start in range(0, self.n, self.CHUNK)]
+        if self.threads == 1 or len(chunks) < 2:
+            results = [task(*c) for c in chunks]
         else:
-            base = (h >> np.uint32(31)) << np.uint32(self.width - 1)
-            exponent = self.exp_lo + (h >> np.uint32(self.man_bits)) % np.uint32(self.exp_span)
-            base |= exponent << np.uint32(self.man_bits)
-            base |= h & np.uint32((1 << self.man_bits) - 1)
-        return base.astype(f"u{self.width // 8}", copy=False)
+            from concurrent.futures import ThreadPoolExecutor  # on first use, like numpy: `rocmcheck list` loads this
+
+            with ThreadPoolExecutor(min(self.threads, len(chunks))) as pool:
+                results = list(pool.map(lambda c: task(*c), chunks))
+        return [item for result in results for item in result]
 
     def values(self, seed: int, start: int = 0, stop: Optional[int] = None) -> Any:
         """A new contiguous array of elements start..stop of the pattern for `seed` (as `self.store`)."""
-        return self._bits(seed, start, self.n if stop is None else stop).view(np.dtype(self.store))
+        stop = self.n if stop is None else stop
+        out = np.empty(stop - start, dtype=f"u{self.width // 8}")
+        for lo, block in self._blocks(seed, start, stop):
+            out[lo - start:lo - start + len(block)] = block
+        return out.view(np.dtype(self.store))
 
     def fill(self, out: Any, seed: int) -> Any:
-        """Write the pattern for `seed` into the 1-D array `out` (any stride), chunk by chunk."""
-        for start in range(0, self.n, self.CHUNK):
-            stop = min(start + self.CHUNK, self.n)
-            bits(out[start:stop])[...] = self._bits(seed, start, stop)
+        """Write the pattern for `seed` into the 1-D array `out` (any stride)."""
+        flat = bits(out)
+
+        def chunk(start: int, stop: int) -> List[Any]:
+            for lo, block in self._blocks(seed, start, stop):
+                flat[lo:lo + len(block)] = block
+            return []
+
+        self._map(chunk)
         return out
 
     def check(self, got: Any, seed: int) -> BitCheck:
-        """`bitwise(got, values(seed))` for a 1-D array `got`, one chunk of the reference at a time."""
-        total, mismatches, zeros, nans, first = 0, 0, 0, 0, -1
-        for start in range(0, self.n, self.CHUNK):
-            stop = min(start + self.CHUNK, self.n)
-            part = bitwise(got[start:stop], self._bits(seed, start, stop), fmt=self.dtype)
-            total, mismatches, zeros, nans = total + part.total, mismatches + part.mismatches, \
-                zeros + part.zeros, nans + part.nans
-            if first < 0 and part.first_bad >= 0:
-                first = start + part.first_bad
-        return BitCheck(total, mismatches, zeros, nans, first)
+        """`bitwise(got, values(seed))` for a 1-D array `got`, one block of the reference at a time;
+        only a block with a differing element goes through `bitwise` to be classified."""
+        got_bits = bits(got)
+
+        def chunk(start: int, stop: int) -> List[Tuple[int, BitCheck]]:
+            parts, same = [], np.empty(min(self.BLOCK, stop - start), dtype=bool)
+            for lo, block in self._blocks(seed, start, stop):
+                hi = lo + len(block)
+                if not np.equal(got_bits[lo:hi], block, out=same[:len(block)]).all():
+                    parts.append((lo, bitwise(got[lo:hi], block, fmt=self.dtype)))
+            return parts
+
+        bad = self._map(chunk)
+        first = bad[0][0] + bad[0][1].first_bad if bad else -1
+        return BitCheck(self.n, sum(p.mismatches for _, p in bad), sum(p.zeros for _, p in bad),
+                        sum(p.nans for _, p in bad), first)
+
+
+def _usable_cores(cap: int) -> int:
+    """The cores this process may run on (its affinity mask, which a cpuset or a scheduler's
+    binding narrows; the machine's count where the platform has no mask), at most `cap`."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, cap))
 
 
 # --- torch <-> numpy without torch's own casts -------------------------------------------------

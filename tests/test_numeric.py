@@ -148,6 +148,69 @@ def test_patterns_are_never_zero_nan_or_subnormal_and_change_everywhere(dtype, n
         assert numeric.bitwise(pattern.values(s2), a, fmt=dtype).mismatches == n
 
 
+def pattern_oracle(dtype, seed, index):
+    """The pattern's bits, element by element in uint64 arithmetic: the formula `Pattern` computes in blocks."""
+    width, exp_bits, man_bits, exp_lo, exp_span = {"float32": (32, 8, 23, 64, 128), "bfloat16": (16, 8, 7, 64, 128),
+                                                   "float16": (16, 5, 10, 8, 15), "int32": (32, 0, 31, 0, 0)}[dtype]
+    h = index.astype(np.uint64)
+    h = (h * 0x9E3779B1) % 2**32
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) % 2**32
+    h ^= h >> 13
+    if not exp_bits:
+        base = h | 1
+    else:
+        exponent = exp_lo + (h >> man_bits) % exp_span
+        base = ((h >> 31) << (width - 1)) | (exponent << man_bits) | (h & ((1 << man_bits) - 1))
+    return (base ^ numeric.Pattern(1, dtype).mask(seed)).astype(f"u{width // 8}")
+
+
+@pytest.mark.parametrize("dtype", numeric.PATTERN_DTYPES)
+@pytest.mark.parametrize("start", [0, 2**31 - 5000, 2**32 - 10_000])
+def test_pattern_bits_follow_the_formula_at_any_index(dtype, start):
+    """Past 2**31 too: the largest copy of the full profile has more elements than an int32 can index."""
+    pattern = numeric.Pattern(2**32 - 1, dtype)
+    got = numeric.bits(pattern.values(5, start, start + 9_999 - (start == 2**32 - 10_000)))
+    assert np.array_equal(got, pattern_oracle(dtype, 5, np.arange(start, start + len(got), dtype=np.uint64)))
+
+
+@given(st.sampled_from(numeric.PATTERN_DTYPES), st.integers(1, 3000), st.integers(1, 300), st.integers(1, 64),
+       st.booleans(), st.data())
+def test_threads_chunks_and_blocks_change_no_bit_and_no_first_bad(dtype, n, chunk, block, strided, data):
+    """Small chunks and blocks on 4 threads write and check exactly what one thread does in one block
+    (`bitwise` against `values`), bad elements at chunk and block edges included."""
+    serial = numeric.Pattern(n, dtype, threads=1)
+    serial.CHUNK = serial.BLOCK = n
+    parallel = numeric.Pattern(n, dtype, threads=4)
+    parallel.CHUNK, parallel.BLOCK = chunk, min(block, chunk)
+    buffers = []
+    for pattern in (serial, parallel):
+        buf = np.zeros(2 * n if strided else n, dtype=pattern.store)
+        buffers.append(pattern.fill(buf[::2] if strided else buf, 7))
+    assert np.array_equal(numeric.bits(buffers[0]), numeric.bits(buffers[1]))
+    assert np.array_equal(numeric.bits(buffers[0]), pattern_oracle(dtype, 7, np.arange(n)))
+    edges = [i for i in range(n) if i % chunk in (0, chunk - 1) or i % parallel.BLOCK in (0, parallel.BLOCK - 1)]
+    planted = data.draw(st.lists(st.sampled_from(edges) | st.integers(0, n - 1), max_size=6, unique=True))
+    got = numeric.bits(buffers[1]).copy()
+    for k, i in enumerate(planted):
+        got[i] = 0 if k % 2 else got[i] ^ 1  # zeros and flipped bits
+    want = numeric.bitwise(got, numeric.bits(serial.values(7)), fmt=dtype)
+    for pattern in (serial, parallel):
+        check = pattern.check(got, 7)
+        assert (check.total, check.measurements()) == (want.total, want.measurements())
+    assert want.mismatches == len(planted) and want.first_bad == (min(planted) if planted else -1)
+
+
+def test_threads_follow_the_cores_this_process_may_use(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(3)), raising=False)
+    assert numeric.Pattern(10, "float32").threads == 3
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(96)), raising=False)
+    assert numeric.Pattern(10, "float32").threads == numeric.Pattern.MAX_THREADS
+    assert numeric.Pattern(10, "float32", threads=1).threads == 1
+
+
 @given(hnp.arrays(np.float64, hnp.array_shapes(min_dims=1, max_dims=2, max_side=8),
                   elements=st.floats(1e-3, 1e3)), st.sampled_from(["float16", "bfloat16", "float32"]))
 def test_close_accepts_half_the_tolerance_and_rejects_twice_it(ref, dtype):

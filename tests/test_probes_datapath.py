@@ -275,6 +275,25 @@ def test_cgroup_limits_are_read_at_every_level(tmp_path):
     assert free(unlimited) is None
 
 
+def test_the_full_gpu_plan_keeps_every_coverage_class_within_its_budget(monkeypatch):
+    """Every dtype both ways at every size up to 64 MiB, one copy past 32-bit indexes where memory allows,
+    and at most the 12.6 GiB per variant that transfer's docstring budgets (33 GiB outlasted 150 s on an H100)."""
+    import rocmcheck
+    from rocmcheck import numeric
+
+    transfer = probe_module("transfer")
+    monkeypatch.setattr(transfer, "largest_bytes", lambda ctx: transfer.LARGEST["gpu"][1])
+    cases = transfer.plan(rocmcheck.ProbeContext(device="cuda:0", profile="full"))
+    for size in (4 << 10, MIB, 64 * MIB):
+        assert {(c.dtype, c.contiguous) for c in cases if c.nbytes == size} == {
+            (dtype, contiguous) for dtype in numeric.PATTERN_DTYPES for contiguous in (True, False)}
+    largest = max(cases, key=lambda c: c.nbytes)
+    assert largest.nbytes // numeric.Pattern.itemsize(largest.dtype) > 2**31 and largest.nbytes > 2**32
+    assert sum(c.nbytes * c.repeats for c in cases) <= 12.6 * 2**30
+    monkeypatch.setattr(transfer, "largest_bytes", lambda ctx: 3 << 30)  # memory allows less: the largest that fits
+    assert max(c.nbytes for c in transfer.plan(rocmcheck.ProbeContext(device="cuda:0", profile="full"))) == 3 << 30
+
+
 def test_largest_copy_is_sized_by_the_cgroup_and_a_bad_one_fails_in_time(rocm_run, tmp_path):
     """Full profile on the CPU: the cgroup leaves 96 MiB, so the largest copy is a third of it; zeros
     on every copy end in FAIL well inside the timeout, the direction judged on a bounded window."""
