@@ -15,7 +15,8 @@ import pytest
 from conftest import by_variant
 from rocmcheck.cli import main
 from rocmcheck.outputs import node
-from rocmcheck.outputs.storage import SCHEMA, SCHEMA_VERSION, report_json
+from rocmcheck.outputs.storage import report_json
+from rocmcheck.records import SCHEMA, SCHEMA_VERSION, Report
 
 
 def _stdout_document(capsys) -> dict:
@@ -94,9 +95,9 @@ def test_expected_gpus_missing_fails_the_gate_and_says_so(rocm_run, tmp_path, ca
 def _node_report(path: Path, host: str, statuses: dict) -> None:
     fp = {"host": {"system": "Linux", "hostname": host}, "device": {"name": "cuda:0", "arch": "gfx942"},
           "device_facts": {"backend": "rocm", "rocm": "6.4", "torch": f"2.13.0-{host}"}}
-    path.write_text(report_json({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run": {"id": host},
-                                 "fingerprint": fp, "verdicts": [{"probe": v.split("[")[0], "variant": v, "status": s,
-                                                                  "message": s} for v, s in statuses.items()]}))
+    verdicts = [{"probe": v.split("[")[0], "variant": v, "status": s, "message": s} for v, s in statuses.items()]
+    path.write_text(report_json(Report.from_dict({"schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+                                                  "run": {"id": host}, "fingerprint": fp, "verdicts": verdicts})))
 
 
 def test_matrix_of_a_folder_of_node_reports_puts_the_worst_nodes_first(tmp_path, capsys):
