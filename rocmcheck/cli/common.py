@@ -10,7 +10,7 @@ from .. import __version__
 from ..engine.options import OPTIONS, Given, RunOptions, add_to_argparse
 from ..errors import UsageError
 from ..model import ExitCode, Variant, Verdict
-from ..outputs.formats import offered
+from ..outputs.formats import OUTPUTS, offered
 from ..outputs.render import verdict_line
 from ..outputs.storage import write_problem
 from ..records import Report
@@ -40,10 +40,10 @@ def add_run_options(p: argparse.ArgumentParser, command: str) -> None:
 def run_options(args: argparse.Namespace, command: str, profile: Optional[str] = None) -> RunOptions:
     """The runner's options from the command line (over the environment); bad values fail here,
     before anything runs. `profile`: the command's own (gate), else --gate-only's."""
-    named = {o.name: getattr(args, f"output_{o.name}") for o in offered(command)}
+    named = {o.name: getattr(args, f"output_{o.name}", None) for o in OUTPUTS}  # the flags its parser added
     return RunOptions.build(Given({name: getattr(args, name) for name in OPTIONS if hasattr(args, name)}),
                             folders={"--out-dir": args.out_dir},
-                            files={o.flag: named[o.name] for o in offered(command)},
+                            files={o.flag: named[o.name] for o in OUTPUTS},
                             profile=profile, command=command, out_dir=args.out_dir,
                             named_files={name: path for name, path in named.items()
                                          if path is not None and path != Path("-")})
