@@ -57,7 +57,7 @@ def run_probes(probe: str = "*", inject: str = "", device: str = "cpu", isolatio
     opts = RunOptions(device=device, isolation=isolation or default_isolation(), inject=inject, timeout=timeout,
                       first_use_timeout=first_use_timeout, probes_paths=list(probes_path),
                       env=dict(env or {}), profile=profile, write_files=False)
-    return Runner(opts).run(variants)["verdicts"]
+    return Runner(opts).run(variants).to_dict()["verdicts"]  # as the JSON report holds them
 
 
 def by_variant(verdicts: List[dict]) -> Dict[str, dict]:

@@ -43,6 +43,7 @@ from .errors import UsageError
 from .knowledge import DATA, known_issues
 from .model import DeviceInfo, Status, Variant, Verdict
 from .outputs.storage import parse_json, read_text
+from .records import Report
 
 if TYPE_CHECKING:
     from .engine.runner import Runner
@@ -346,14 +347,13 @@ class Doctor:
         self.runner.add_section("doctor", [case.to_dict(self.repeats) for case in self.cases])
 
 
-def failing_variants(source: Dict[str, Any], specs: Mapping[str, Any], chosen: Optional[set],
+def failing_variants(source: Report, specs: Mapping[str, Any], chosen: Optional[set],
                      what: str) -> List[Tuple[Variant, Verdict]]:
     """The failing variants of a saved run (those in `chosen`, when given), resolved against the
     loaded probes; a probe or variant this rocmcheck lacks is a UsageError naming `what`."""
     failing = []
-    for record in source["verdicts"]:
-        verdict = _verdict_of(record)
-        if verdict is None or not verdict.status.is_bad or (chosen is not None and verdict.variant not in chosen):
+    for verdict in source.verdicts:
+        if not verdict.status.is_bad or (chosen is not None and verdict.variant not in chosen):
             continue
         spec = specs.get(verdict.probe)
         if spec is None:
@@ -364,9 +364,3 @@ def failing_variants(source: Dict[str, Any], specs: Mapping[str, Any], chosen: O
         failing.append((variant, verdict))
     return failing
 
-
-def _verdict_of(record: Any) -> Optional[Verdict]:
-    try:
-        return Verdict.from_dict(record)
-    except (TypeError, ValueError, KeyError):
-        return None

@@ -11,7 +11,9 @@ from .engine.runner import Runner
 from .engine.selection import gate_variants
 from .errors import GateFailed
 from .model import Verdict
-from .outputs.render import failing_line, markdown_report
+from .outputs.formats import offered
+from .outputs.render import failing_line
+from .outputs.storage import write_problem
 
 
 def _gpu_already_initialised() -> bool:
@@ -42,12 +44,12 @@ def gate(device: str = "auto", require: Iterable[str] = (), timeout: Optional[fl
     variants = gate_variants(registry.load_all(options.probes_paths), require)
     say = (lambda v: print(f"rocmcheck gate: {v.status.value.upper():>5} {v.variant}", file=sys.stderr)) \
         if verbose else None
-    report = Runner(options, on_verdict=say, markdown=markdown_report).run(variants)
-    verdicts = [Verdict.from_dict(v) for v in report["verdicts"]]
-    if report["run"]["partial"]:
-        raise KeyboardInterrupt(f"rocmcheck gate: interrupted during {report['run'].get('interrupted')}: "
-                                f"no verdict (UNKNOWN)")
-    bad = [v for v in verdicts if v.status.is_bad]
+    report = Runner(options, on_verdict=say, outputs=offered("gate()")).run(variants)
+    if report.run.unwritten:
+        print(f"rocmcheck gate: {write_problem(report.run.unwritten)}", file=sys.stderr)
+    if report.run.partial:
+        raise KeyboardInterrupt(f"rocmcheck gate: interrupted during {report.run.interrupted}: no verdict (UNKNOWN)")
+    bad = [v for v in report.verdicts if v.status.is_bad]
     if bad:
-        raise GateFailed("rocmcheck gate: NO-GO\n" + "\n".join(failing_line(v.to_dict()) for v in bad), verdicts)
-    return verdicts
+        raise GateFailed("rocmcheck gate: NO-GO\n" + "\n".join(failing_line(v) for v in bad), report.verdicts)
+    return report.verdicts

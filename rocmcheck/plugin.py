@@ -20,7 +20,7 @@ import contextlib
 import json
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from .engine.options import RunOptions
     from .engine.runner import Runner
     from .model import Variant, Verdict
+    from .outputs.storage import Output
+    from .records import Report
 
 GROUP = "rocmcheck"
 XDIST_GROUP = "rocmcheck"
@@ -67,7 +69,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--rocm-matrix", dest="rocm_matrix", nargs="?", const="reports", default=None,
                     metavar="DIR", help=MATRIX_HELP)
     add_to_pytest(group, parser, *SHARED)
-    group.addoption("--rocm-html", dest="rocm_html", default=None, metavar="FILE", help=HTML_HELP)
+    # the named outputs' options, spelled here: reading them from `outputs.formats` would import the
+    # renderers into every pytest run (test_inert_without_the_flag); one missing here fails `read_settings`
+    group.addoption("--rocm-html", dest="rocm_output_html", default=None, metavar="FILE", help=HTML_HELP)
+
+
+def named_outputs() -> List["Output"]:
+    """The outputs the plugin offers that are written only where named (`--rocm-html FILE`): of the
+    session's whole matrix, so written once at its end; the others are the run's own files, under
+    the --rocm-matrix folder."""
+    from .outputs.formats import offered
+
+    return [o for o in offered("pytest") if o.default_name is None]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -104,7 +117,7 @@ class Settings:
 
     options: "RunOptions"
     baseline: Optional[Path] = None
-    html: Optional[Path] = None
+    named: Dict[str, Path] = field(default_factory=dict)  # output -> the file its --rocm- option named
 
 
 def read_settings(config: pytest.Config) -> Settings:
@@ -119,13 +132,15 @@ def read_settings(config: pytest.Config) -> Settings:
         given["probes_path"] = [str(here / p) for p in given["probes_path"]]
     ini = {name: config.getini(f"rocm_{name}") for name in SHARED if OPTIONS[name].ini}
     out_dir = here / config.getoption("rocm_matrix")
-    html = here / config.getoption("rocm_html") if config.getoption("rocm_html") else None
+    named = {o.name: here / config.getoption(f"rocm_output_{o.name}") for o in named_outputs()
+             if config.getoption(f"rocm_output_{o.name}")}
     options = RunOptions.build(Given(given, named="--rocm-{dashed}", ini=ini), folders={"--rocm-matrix": out_dir},
-                               files={"--rocm-html": html}, command="pytest", out_dir=out_dir)
+                               files={f"--rocm-{o.flag[2:]}": named.get(o.name) for o in named_outputs()},
+                               command="pytest", out_dir=out_dir)
     ini_dir = config.inipath.parent if config.inipath else config.rootpath
     baseline = here / given["baseline"] if given["baseline"] else (ini_dir / ini["baseline"] if ini["baseline"]
                                                                    else None)
-    return Settings(options, baseline, html)
+    return Settings(options, baseline, named)
 
 
 # --- items --------------------------------------------------------------------------------
@@ -179,7 +194,7 @@ def failure_text(verdict: "Verdict", baseline: Optional[str], has_baseline: bool
     from .model import EVIDENCE_TAILS
     from .outputs.render import failing_line, known_issue_lines
 
-    lines = [failing_line(verdict.to_dict())]
+    lines = [failing_line(verdict)]
     if has_baseline:
         lines.append(f"regression against the baseline: {baseline or 'absent'} -> {verdict.status.value}")
     ev = verdict.evidence
@@ -189,7 +204,7 @@ def failure_text(verdict: "Verdict", baseline: Optional[str], has_baseline: bool
               if ev.get(key)]
     if verdict.measurements:
         lines.append("measurements: " + ", ".join(f"{k}={v}" for k, v in verdict.measurements.items()))
-    lines += known_issue_lines(verdict.to_dict())
+    lines += known_issue_lines(verdict.known_issues)
     for key in EVIDENCE_TAILS:
         if ev.get(key):
             lines += ["", f"--- {key} ---", str(ev[key]).rstrip()]
@@ -217,7 +232,7 @@ class MatrixPlugin:
                 f"xdist_group('{XDIST_GROUP}')), or use loadscope or loadfile")
         self.variants = select(registry.load_all(settings.options.probes_paths),
                                gate_only=settings.options.profile == "gate")
-        self.baseline: Optional[Dict[str, Any]] = None
+        self.baseline: Optional["Report"] = None
         self.baseline_statuses: Dict[str, str] = {}
         if settings.baseline is not None:
             from .outputs.diff import statuses
@@ -227,7 +242,7 @@ class MatrixPlugin:
             self.baseline_statuses = statuses(self.baseline, str(settings.baseline))
         self.runner: Optional["Runner"] = None
         self.current: Optional[str] = None  # the variant running now: named if the run is interrupted
-        self.report: Optional[Dict[str, Any]] = None
+        self.report: Optional["Report"] = None
         self.files: List[str] = []
 
     # collection and header
@@ -269,9 +284,9 @@ class MatrixPlugin:
             return self.runner
         from .engine.runner import Runner
         from .errors import TorchMissing, UsageError
-        from .outputs.render import markdown_report
+        from .outputs.formats import offered
 
-        runner = Runner(self.settings.options, markdown=markdown_report)
+        runner = Runner(self.settings.options, outputs=[o for o in offered("pytest") if o.default_name])
         try:
             runner.start(self.variants)
         except UsageError as exc:
@@ -346,52 +361,49 @@ class MatrixPlugin:
         interrupted = self.current or between
         self.report = self.runner.finish(interrupted=interrupted)
         self.runner = None
-        self.files = [str(paths[kind]) for kind in ("json", "md", "jsonl")]
+        self.files = [str(path) for kind, path in sorted(paths.items(), key=lambda item: item[0] == "jsonl")
+                      if kind not in self.report.run.unwritten]
         if self.is_worker:
             from .outputs.storage import report_json
 
             session.config.workeroutput[WORKER_REPORT] = report_json(self.report)  # type: ignore[attr-defined]
             session.config.workeroutput[WORKER_FILES] = self.files  # type: ignore[attr-defined]
 
-    def receive(self, report: Dict[str, Any], files: List[str]) -> None:
+    def receive(self, report: "Report", files: List[str]) -> None:
         """The report of an xdist worker that ran probes; several are merged into one matrix."""
         if self.report is None:
             self.report, self.files = report, files
             return
-        from .model import count_statuses
-
-        verdicts = self.report["verdicts"] + report["verdicts"]
-        counts = count_statuses(v["status"] for v in verdicts)
-        mine, theirs = self.report["run"], report["run"]
-        run = {**mine, "counts": counts, "partial": bool(mine.get("partial") or theirs.get("partial")),
-               "interrupted": mine.get("interrupted") or theirs.get("interrupted"),
-               "notes": [*(mine.get("notes") or []), *(theirs.get("notes") or []),
-                         "probes ran on more than one xdist worker, one at a time"]}
-        self.report = {**self.report, "run": run, "verdicts": verdicts}
+        mine, theirs = self.report.run, report.run
+        merged = replace(self.report, verdicts=self.report.verdicts + report.verdicts)
+        merged.run = replace(mine, counts=merged.counts(), partial=mine.partial or theirs.partial,
+                             interrupted=mine.interrupted or theirs.interrupted,
+                             unwritten={**mine.unwritten, **theirs.unwritten},
+                             notes=[*mine.notes, *theirs.notes,
+                                    "probes ran on more than one xdist worker, one at a time"])
+        self.report = merged
         self.files = [*self.files, *files]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.report is None or self.is_worker:
             return  # no probe ran (deselected, --collect-only), or an xdist worker: the controller prints
-        if self.settings.html is not None:
-            from .outputs.matrix import build
-            from .outputs.matrix_html import html_page
-            from .outputs.storage import write_atomic
+        from .outputs.storage import write_outputs
 
-            write_atomic(self.settings.html, html_page(build([(self.files[0], self.report)])))
-            self.files.append(str(self.settings.html))
+        write_outputs(self.report, named_outputs(), self.settings.options.out_dir, self.settings.named)
+        self.files += [str(path) for name, path in self.settings.named.items() if name not in self.report.run.unwritten]
         terminalreporter.section("rocmcheck matrix")
         for line in self.summary_lines(self.report):
             terminalreporter.write_line(line)
 
-    def summary_lines(self, report: Dict[str, Any]) -> List[str]:
+    def summary_lines(self, report: "Report") -> List[str]:
         from .outputs.render import known_issue_lines, terminal_matrix
+        from .outputs.storage import write_problem
 
         lines = terminal_matrix(report).splitlines()
-        lines += [f"note: {note}" for note in report["run"].get("notes") or []]
-        for v in report["verdicts"]:
-            if v.get("known_issues"):
-                lines += [f"{v['status'].upper()} {v['variant']}:", *known_issue_lines(v)]
+        lines += [f"note: {note}" for note in report.run.notes]
+        for v in report.verdicts:
+            if v.known_issues:
+                lines += [f"{v.status.value.upper()} {v.variant}:", *known_issue_lines(v.known_issues)]
         if self.baseline is not None:
             from .outputs.diff import compare
 
@@ -399,6 +411,8 @@ class MatrixPlugin:
             lines.append(f"against the baseline {self.settings.baseline}: {result.counts_line()}")
             lines += [f"  REGRESSION {c.variant}: {c.baseline or 'absent'} -> {c.current}" for c in result.regressions]
         lines.append("wrote " + ", ".join(self.files))
+        if report.run.unwritten:  # the outcome of the items stands without them
+            lines.append(write_problem(report.run.unwritten))
         return lines
 
     def close(self) -> None:
@@ -417,4 +431,7 @@ class XdistHooks:
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         output = getattr(node, "workeroutput", None) or {}
         if WORKER_REPORT in output:
-            self.plugin.receive(json.loads(output[WORKER_REPORT]), list(output.get(WORKER_FILES) or []))
+            from .records import Report
+
+            report = Report.from_dict(json.loads(output[WORKER_REPORT]))
+            self.plugin.receive(report, list(output.get(WORKER_FILES) or []))

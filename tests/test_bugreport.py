@@ -108,7 +108,7 @@ def test_thousands_of_verdicts_and_a_huge_fingerprint_still_fit(tmp_path):
     assert "and 1430 more" in bug.markdown and "- and 250 more (see the matrix)" in bug.markdown
     assert bug.data["bug_report"]["no_reproducer"]["gone-probe[0]"].startswith("probe 'gone-probe' is not known")
     report = load_report(_saved_report(tmp_path, verdicts[:3]))
-    report["fingerprint"]["host"]["packages"] = {f"pkg{i}": "1.0" * 10 for i in range(3000)}
+    report.fingerprint["host"]["packages"] = {f"pkg{i}": "1.0" * 10 for i in range(3000)}
     huge = bugreport.build(report, stem="huge")
     assert len(huge.markdown) <= bugreport.GITHUB_BODY_LIMIT
     assert huge.markdown.rstrip().endswith("[cut at 65,536 characters: see the JSON twin `huge.json`]**")

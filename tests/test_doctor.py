@@ -89,7 +89,7 @@ def test_copy_zeros_and_matmul_nan_each_fixed_by_exactly_their_workaround(tmp_pa
                  "--out-dir", str(tmp_path), "--json", str(out), "--md", str(tmp_path / "doctor.md")])
     text = capsys.readouterr().out
     assert code == 0, text
-    report = load_report(out)
+    report = load_report(out).to_dict()
     results = {r["variant"]: r for r in report["doctor"]}
     assert set(results) == {"device-smoke", "gemm[fp32-default]"}
     smoke, gemm = results["device-smoke"], results["gemm[fp32-default]"]
@@ -126,7 +126,7 @@ def test_corrupt_worker_batches_are_fixed_by_loading_in_the_main_process_only(tm
     code = main(["doctor", "--probe", "workers-dataloader", "-k", "workers-dataloader[2]", "--device", "cpu",
                  "--inject", "loader-corrupt", "--repeats", "2", "--out-dir", str(tmp_path), "--json", str(out)])
     assert code == 0, capsys.readouterr().out
-    (result,) = load_report(out)["doctor"]
+    (result,) = load_report(out).sections["doctor"]
     assert result["variant"] == "workers-dataloader[2]" and result["state"] == "fails"
     assert result["fixes"] == ["loader-in-process"]
     assert rows(result)["serialize-kernels"]["outcome"] == "no-fix"
@@ -143,7 +143,7 @@ def test_candidates_that_crash_or_hang_are_reported_and_doctor_goes_on(fakes, tm
                  "--json", str(out)])
     text = capsys.readouterr().out
     assert code == 0, text
-    [result] = load_report(out)["doctor"]
+    [result] = load_report(out).sections["doctor"]
     assert result["variant"] == "doc-env[broken]" and result["state"] == "fails"
     # the known issue's candidate first, then the cheapest; a crash and a hang do not stop doctor
     assert [c["id"] for c in result["candidates"]] == ["fix-one", "crash-one", "hang-one"]
@@ -163,7 +163,7 @@ def test_flaky_variant_from_a_saved_run_gets_its_pass_rate_and_no_false_fix(fake
     code = main(["doctor", *fakes, "--from", str(run), "--repeats", "3", "--json", str(out)])
     text = capsys.readouterr().out
     assert code == 1, text
-    report = load_report(out)
+    report = load_report(out).to_dict()
     [result] = report["doctor"]
     # run 1 failed (the saved run); doctor's runs 2, 3, 4: pass, fail, pass
     assert result["original"]["status"] == "fail" and result["baseline"] == ["pass", "fail", "pass"]
@@ -179,7 +179,7 @@ def test_tiny_budget_stops_before_any_attempt_and_lists_untried_candidates(fakes
     code = main(["doctor", *fakes, "--probe", "doc-slow", "-k", "one", "--budget", "1", "--json", str(out)])
     text = capsys.readouterr().out
     assert code == 1, text
-    [result] = load_report(out)["doctor"]
+    [result] = load_report(out).sections["doctor"]
     assert result["state"] == "unmeasured" and result["baseline"] == []
     assert result["untried"] == ["flaky-two"] and rows(result)["flaky-two"]["runs"] == 0
     assert "not tried for lack of budget" in text
@@ -299,6 +299,7 @@ def test_the_attempt_running_stays_named_when_an_interrupt_ends_it():
             raise KeyboardInterrupt
         assert runner.current == "doc-flaky[one] as it is"
         runner.add_section("doctor", [{"variant": "doc-flaky[one]"}])
-        assert runner.report(partial=True, interrupted=runner.current)["doctor"] == [{"variant": "doc-flaky[one]"}]
+        report = runner.report(partial=True, interrupted=runner.current)
+        assert report.sections["doctor"] == [{"variant": "doc-flaky[one]"}]
     finally:
         shutil.rmtree(runner.tmp)

@@ -28,7 +28,8 @@ from rocmcheck.knowledge import known_issues
 from rocmcheck.knowledge.signatures import signatures
 from rocmcheck.markers import TaskFiles
 from rocmcheck.model import DeviceInfo, ProbeSpec, Requires, Status, Variant, Verdict, expand_variants, variant_id
-from rocmcheck.outputs.storage import SCHEMA, Journal, load_report, report_json, write_atomic
+from rocmcheck.outputs.storage import Journal, load_report, report_json, write_atomic
+from rocmcheck.records import SCHEMA, Report, RunInfo
 
 FAKE = str(Path(__file__).parent / "fake_probes")
 
@@ -177,18 +178,17 @@ def test_output_drain_cuts_a_workers_output_at_each_task_end_even_split_across_r
 
 
 def _report(verdicts=()):
-    return {"tool": {"name": "rocmcheck"}, "run": {"id": "x", "partial": False},
-            "fingerprint": {}, "verdicts": list(verdicts)}
+    return Report(run=RunInfo(id="x"), verdicts=list(verdicts), tool={"name": "rocmcheck"})
 
 
 def test_report_json_puts_schema_first_and_has_no_nan(tmp_path):
     v = Verdict("p", "p", Status.FAIL, measurements={"err": float("nan"), "gbps": float("inf")})
-    text = report_json(_report([v.to_dict()]))
+    text = report_json(_report([v]))
     assert text.lstrip().startswith('{\n  "schema": "rocmcheck-report",\n  "schema_version": "1.')
     assert "NaN" not in text and '"nan"' in text and '"inf"' in text
     path = tmp_path / "r.json"
     write_atomic(path, text)
-    assert load_report(path)["verdicts"][0]["measurements"]["err"] == "nan"
+    assert load_report(path).verdicts[0].measurements["err"] == "nan"
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
 
 
@@ -203,8 +203,8 @@ def test_journal_with_truncated_last_line_loads_as_partial(tmp_path):
     with open(path, "a") as fh:
         fh.write('{"record":"verdict","verdict":{"probe":"b","var')  # the write a crash cut off
     report = load_report(path)
-    assert report["run"]["partial"] is True and report["run"]["interrupted"] == "b"
-    assert [v["variant"] for v in report["verdicts"]] == ["a"]
+    assert report.run.partial is True and report.run.interrupted == "b"
+    assert [v.variant for v in report.verdicts] == ["a"]
 
 
 @pytest.mark.parametrize("content,message", [
@@ -225,7 +225,8 @@ def test_newer_minor_version_with_unknown_fields_loads(tmp_path):
     path = tmp_path / "newer.json"
     v = {**Verdict("p", "p", Status.PASS).to_dict(), "future_field": 1}
     path.write_text(json.dumps({"schema": SCHEMA, "schema_version": "1.7", "verdicts": [v], "extra": {}}))
-    assert Verdict.from_dict(load_report(path)["verdicts"][0]).status is Status.PASS
+    report = load_report(path)
+    assert report.verdicts[0].status is Status.PASS and report.sections == {"extra": {}}  # kept, written back
 
 
 def test_unreadable_report_path_is_a_usage_error(tmp_path):
@@ -275,7 +276,7 @@ def test_zygote_child_that_cannot_init_the_gpu_falls_back_to_spawn(monkeypatch):
     variants = select(registry.load_all([FAKE]), ["fake-pass", "fake-warn"])
     opts = RunOptions(device="cpu", isolation="zygote", inject="gpu-init-fork-error", probes_paths=[FAKE],
                       write_files=False)
-    report = Runner(opts).run(variants)
+    report = Runner(opts).run(variants).to_dict()
     assert [v["status"] for v in report["verdicts"]] == ["pass", "warn"]
     assert report["run"]["isolation"] == "spawn"
     assert any("fell back to spawn" in n for n in report["run"]["notes"])
@@ -302,7 +303,7 @@ def test_unkillable_child_is_abandoned_and_later_gpu_probes_skip(monkeypatch):
                         lambda self, preload: setattr(self, "launcher", SpawnLauncher([FAKE], prestart=False)))
     variants = select(registry.load_all([FAKE]), ["fake-pass", "fake-warn"])
     opts = RunOptions(device="cuda:0", isolation="spawn", probes_paths=[FAKE], write_files=False)
-    report = Runner(opts).run(variants)
+    report = Runner(opts).run(variants).to_dict()
     first, second = report["verdicts"]
     assert first["status"] == "hang" and "could not be killed" in first["message"]
     assert first["evidence"]["unkillable"] == {"status": "disk-sleep"}
@@ -476,7 +477,7 @@ def test_an_interrupted_gate_in_python_is_no_verdict_not_no_go(monkeypatch):
 
     partial = {"run": {"partial": True, "interrupted": "device-smoke"},
                "verdicts": [{"probe": "config-lint", "variant": "config-lint[env]", "status": "pass"}]}
-    monkeypatch.setattr(gate_api.Runner, "run", lambda self, variants: partial)
+    monkeypatch.setattr(gate_api.Runner, "run", lambda self, variants: Report.from_dict(partial))
     with pytest.raises(KeyboardInterrupt, match="interrupted during device-smoke: no verdict"):
         gate_api.gate(device="cpu", probes_path=[FAKE], verbose=False)
 

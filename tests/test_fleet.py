@@ -14,8 +14,10 @@ import pytest
 
 from conftest import by_variant
 from rocmcheck.cli import main
+from rocmcheck.model import Verdict
 from rocmcheck.outputs import node
-from rocmcheck.outputs.storage import SCHEMA, SCHEMA_VERSION, report_json
+from rocmcheck.outputs.storage import report_json
+from rocmcheck.records import SCHEMA, SCHEMA_VERSION, Report
 
 
 def _stdout_document(capsys) -> dict:
@@ -56,7 +58,7 @@ def test_no_go_node_verdict_names_each_failure_with_an_action(tmp_path, capsys):
     ({"status": "error"}, False, "fix this before training"),
 ])
 def test_recommended_action_per_failure(verdict, on_gpu, start):
-    assert node.action(verdict, on_gpu).startswith(start)
+    assert node.action(Verdict.from_dict({"probe": "p", "variant": "p", **verdict}), on_gpu).startswith(start)
 
 
 def test_a_gpu_host_whose_torch_cannot_use_it_is_no_go_with_reinstall(fake_host, tmp_path, capsys):
@@ -94,9 +96,9 @@ def test_expected_gpus_missing_fails_the_gate_and_says_so(rocm_run, tmp_path, ca
 def _node_report(path: Path, host: str, statuses: dict) -> None:
     fp = {"host": {"system": "Linux", "hostname": host}, "device": {"name": "cuda:0", "arch": "gfx942"},
           "device_facts": {"backend": "rocm", "rocm": "6.4", "torch": f"2.13.0-{host}"}}
-    path.write_text(report_json({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run": {"id": host},
-                                 "fingerprint": fp, "verdicts": [{"probe": v.split("[")[0], "variant": v, "status": s,
-                                                                  "message": s} for v, s in statuses.items()]}))
+    verdicts = [{"probe": v.split("[")[0], "variant": v, "status": s, "message": s} for v, s in statuses.items()]
+    path.write_text(report_json(Report.from_dict({"schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+                                                  "run": {"id": host}, "fingerprint": fp, "verdicts": verdicts})))
 
 
 def test_matrix_of_a_folder_of_node_reports_puts_the_worst_nodes_first(tmp_path, capsys):
@@ -166,4 +168,5 @@ def test_k8s_init_container_command_is_a_valid_gate_command():
     line = next(ln for ln in text.splitlines() if '"gate"' in ln)
     command = json.loads(line.split("command:", 1)[1])
     args = build_parser().parse_args(command[1:])
-    assert command[0] == "rocmcheck" and args.command == "gate" and args.json == Path("-") and args.expect_gpus == 8
+    assert command[0] == "rocmcheck" and args.command == "gate"
+    assert args.output_json == Path("-") and args.expect_gpus == 8

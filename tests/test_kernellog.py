@@ -67,7 +67,7 @@ def _run_on_a_gpu(monkeypatch, probes):
                         lambda self, preload: setattr(self, "launcher", SpawnLauncher([FAKE], prestart=False)))
     variants = select(registry.load_all([FAKE]), probes)
     opts = RunOptions(device="cuda:0", isolation="spawn", probes_paths=[FAKE], write_files=False)
-    return {v["probe"]: v for v in Runner(opts).run(variants)["verdicts"]}
+    return {v["probe"]: v for v in Runner(opts).run(variants).to_dict()["verdicts"]}
 
 
 def test_runner_puts_new_kernel_log_lines_in_a_bad_gpu_verdict(monkeypatch, tmp_path, rocm_run):

@@ -26,8 +26,8 @@ from rocmcheck.engine.launch import ChildProcess
 from rocmcheck.engine.options import RunOptions
 from rocmcheck.engine.runner import Runner
 from rocmcheck.engine.selection import select
-from rocmcheck.model import DeviceInfo
-from rocmcheck.outputs.render import markdown_report
+from rocmcheck.model import DeviceInfo, Verdict
+from rocmcheck.outputs.formats import offered
 
 FAKE = str(Path(__file__).parent / "fake_probes")
 
@@ -103,7 +103,7 @@ def test_server_killed_mid_run_is_noted_and_the_run_goes_on(tmp_path, isolation,
 
 def test_server_dying_with_the_child_and_no_result_is_a_crash(tmp_path, isolation, piddir):
     opts = RunOptions(device="cpu", isolation=isolation, probes_paths=[FAKE], out_dir=tmp_path)
-    report = Runner(opts, markdown=markdown_report).run(variants("fake-x-server[exit]", "fake-pass"))
+    report = Runner(opts, outputs=offered("run")).run(variants("fake-x-server[exit]", "fake-pass")).to_dict()
     first, second = report["verdicts"]
     if isolation == "zygote":  # in its worker: a crash; re-run alone (spawn by then), which counts: exit 0, no result
         in_worker = first["evidence"]["in_worker"]
@@ -128,7 +128,7 @@ def _kill_server(runner: Runner) -> int:
 
 def test_server_killed_before_the_first_probe_and_between_probes(tmp_path, isolation, piddir):
     runner = Runner(RunOptions(device="cpu", isolation=isolation, probes_paths=[FAKE], out_dir=tmp_path),
-                    markdown=markdown_report)
+                    outputs=offered("run"))
     runner.start()
     if isolation == "spawn" and runner.isolation.launcher._standby is None:
         pytest.skip("one core: no standby interpreter to kill")
@@ -136,7 +136,7 @@ def test_server_killed_before_the_first_probe_and_between_probes(tmp_path, isola
     first = runner.run_one(variants("fake-pass")[0])
     second_kill = _kill_server(runner)  # spawn from here on: its standby
     second = runner.run_one(variants("fake-warn")[0])
-    report = runner.finish()
+    report = runner.finish().to_dict()
     assert (first.status.value, second.status.value) == ("pass", "warn")
     notes = report["run"]["notes"]
     assert any(str(first_kill) in n and "died" in n for n in notes)
@@ -172,14 +172,14 @@ def test_standby_killed_as_its_task_is_handed_over_runs_the_task_again(tmp_path,
         return handed
 
     runner = Runner(RunOptions(device="cpu", isolation="spawn", probes_paths=[FAKE], out_dir=tmp_path),
-                    markdown=markdown_report)
+                    outputs=offered("run"))
     runner.start()
     if runner.isolation.launcher._standby is None:
         pytest.skip("one core: no standby interpreter")
     standby = runner.isolation.launcher._standby.pid
     monkeypatch.setattr(SpawnLauncher, "_hand_over", staticmethod(hand_over_then_kill))
     verdict = runner.run_one(variants("fake-pass")[0])
-    report = runner.finish()
+    report = runner.finish().to_dict()
     assert killed == [standby]
     rerun = [n for n in report["run"]["notes"] if "ran it again in a fresh interpreter" in n]
     if sig == "SIGKILL":
@@ -298,7 +298,7 @@ def _gpu_run(tmp_path, isolation, inject="", teardown_wait=30.0):
     opts = RunOptions(device="cuda:0", isolation=isolation, timeout=1.0, inject=inject, probes_paths=[FAKE],
                       out_dir=tmp_path, kill_policy=KillPolicy().with_waits(kill=teardown_wait))
     start = time.monotonic()
-    report = Runner(opts, markdown=markdown_report).run(variants("fake-ignore-term", "fake-pass"))
+    report = Runner(opts, outputs=offered("run")).run(variants("fake-ignore-term", "fake-pass")).to_dict()
     return report, time.monotonic() - start
 
 
@@ -392,7 +392,7 @@ def test_hostile_text_reaches_every_output_safe(tmp_path_factory, payloads):
             text = "\n".join(json.dumps(json.loads(doc), ensure_ascii=False) for doc in docs if doc.strip())
         assert_safe(text, path.name)
     for v in report["verdicts"]:
-        assert_safe(verdict_line(v), "verdict line")
+        assert_safe(verdict_line(Verdict.from_dict(v)), "verdict line")
     junit = (tmp / "junit.xml").read_bytes()
     ET.fromstring(junit)
     assert_safe(junit.decode("utf-8").replace("\r", ""), "junit")

@@ -17,7 +17,8 @@ import pytest
 
 from rocmcheck.cli import main
 from rocmcheck.outputs.diff import classify, compare
-from rocmcheck.outputs.storage import SCHEMA, SCHEMA_VERSION, report_json
+from rocmcheck.outputs.storage import report_json
+from rocmcheck.records import SCHEMA, SCHEMA_VERSION, Report
 
 GFX1100 = {"device": {"name": "cuda:0", "arch": "gfx1100"}, "host": {"system": "Linux"},
            "device_facts": {"backend": "rocm", "rocm": "6.4.1", "torch": "2.9.0"}}
@@ -36,7 +37,7 @@ def report(statuses: Dict[str, str], fingerprint: Optional[dict] = None, **verdi
 
 
 def save(path: Path, data: dict) -> str:
-    path.write_text(report_json(data))
+    path.write_text(report_json(Report.from_dict(data)))
     return str(path)
 
 
@@ -95,7 +96,8 @@ def test_diff_reads_a_journal_cut_off_mid_line(tmp_path: Path, capsys) -> None:
 def test_compare_takes_the_worst_of_a_repeated_variant() -> None:
     twice = report({"a": "pass"})
     twice["verdicts"].append({"probe": "a", "variant": "a", "status": "crash"})
-    assert [c.kind for c in compare(report({"a": "pass"}), twice).changes] == ["regression"]
+    assert [c.kind for c in compare(Report.from_dict(report({"a": "pass"})), Report.from_dict(twice)).changes] \
+        == ["regression"]
 
 
 # --- matrix ------------------------------------------------------------------------------------
@@ -258,7 +260,7 @@ def test_html_page_in_a_real_headless_browser(tmp_path: Path, capsys) -> None:
 
 BAD_INPUTS = {
     "other-major": json.dumps({"schema": SCHEMA, "schema_version": "2.0", "verdicts": []}),
-    "truncated": report_json(report({"a": "pass"}))[:40],
+    "truncated": report_json(Report.from_dict(report({"a": "pass"})))[:40],
     "empty": "",
     "not-json": "hello, world",
     "foreign-json": json.dumps([1, 2, 3]),
@@ -302,6 +304,6 @@ def test_verdict_fields_of_a_foreign_type_are_dropped_by_the_loader_not_a_crash(
     assert "transfer[to]" in out.out and "FAIL" in out.out
     from rocmcheck.outputs.storage import load_report
 
-    (verdict,) = load_report(tmp_path / "foreign.json")["verdicts"]
-    assert "duration_s" not in verdict and "message" not in verdict
-    assert verdict["evidence"] == {"exit": "SIGSEGV"}
+    (verdict,) = load_report(tmp_path / "foreign.json").verdicts
+    assert verdict.duration_s == 0.0 and verdict.message == ""  # the defaults
+    assert verdict.evidence == {"exit": "SIGSEGV"}

@@ -16,6 +16,7 @@ import pytest
 
 from rocmcheck.host import nodehealth
 from rocmcheck.outputs import node
+from rocmcheck.records import Report
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nodehealth"
 CARDS = {"mi250x": "0000:c1:00.0", "mi300x": "0000:0c:00.0", "rx7900xtx": "0000:03:00.0"}
@@ -379,7 +380,7 @@ def test_the_node_verdict_carries_the_probes_own_action():
     report = {"run": {"device": "cuda:1"}, "verdicts": [
         {"probe": "node-health", "variant": "node-health", "status": "fail", "message": "m", "device": "cuda:1",
          "measurements": {"action": "drain the node; reset or replace GPU 1 (0000:11:00.0)"}}]}
-    (failing,) = node.verdict(report, 1)["failing"]
+    (failing,) = node.verdict(Report.from_dict(report), 1)["failing"]
     assert failing["action"] == "drain the node; reset or replace GPU 1 (0000:11:00.0)"
 
 

@@ -116,7 +116,7 @@ def test_gate_decides_when_the_disk_fills_mid_run(tmp_path):
     assert clean(out.stderr), out.stderr
     (journal,) = kept.glob("*.jsonl")
     assert not list(kept.glob("*.json"))
-    kept_verdicts = [v["variant"] for v in load_report(journal)["verdicts"]]  # as far as the disk took it
+    kept_verdicts = [v["variant"] for v in load_report(journal).to_dict()["verdicts"]]  # as far as the disk took it
     assert kept_verdicts[0] == "fake-pass"
 
 

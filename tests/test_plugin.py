@@ -17,7 +17,8 @@ from typing import Dict
 
 import pytest
 
-from rocmcheck.outputs.storage import SCHEMA, SCHEMA_VERSION, load_report
+from rocmcheck.outputs.storage import load_report
+from rocmcheck.records import SCHEMA, SCHEMA_VERSION
 
 FAKE_PROBES = '''
 import os, signal, time
@@ -134,8 +135,8 @@ def test_every_verdict_maps_to_an_outcome_with_reports_and_junitxml(project: pyt
     ])
 
     out = project.path / "out"
-    assert statuses(load_report(only(out, "*.json"))["verdicts"]) == EXPECTED
-    journal = load_report(only(out, "*.jsonl"))  # the journal alone rebuilds the same verdicts
+    assert statuses(load_report(only(out, "*.json")).to_dict()["verdicts"]) == EXPECTED
+    journal = load_report(only(out, "*.jsonl")).to_dict()  # the journal alone rebuilds the same verdicts
     assert statuses(journal["verdicts"]) == EXPECTED and not journal["run"]["partial"]
     assert "## CRASH `fake-crash`" in only(out, "*.md").read_text()
 
@@ -166,7 +167,7 @@ def test_selected_items_alone_run_and_injected_faults_fail_them(project: pytest.
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["CRASH fake-ok[[]1[]]: crashed: SIGSEGV", "--- stack ---", "*in _segv"])
     result.stdout.fnmatch_lines(["wrote *.json, *.md, *.jsonl, *out*m.html"])
-    assert statuses(load_report(only(project.path / "out", "*.json"))["verdicts"]) == {"fake-ok[1]": "crash"}
+    assert statuses(load_report(only(project.path / "out", "*.json")).to_dict()["verdicts"]) == {"fake-ok[1]": "crash"}
     page = (project.path / "out" / "m.html").read_text()  # the run's matrix: its one cell, expandable
     assert 'class="cell s-crash" data-variant="fake-ok[1]"' in page and "<summary>CRASH</summary>" in page
     assert "crashed: SIGSEGV" in page
@@ -203,7 +204,7 @@ def test_ctrl_c_leaves_a_partial_report_naming_the_running_probe(project: pytest
     output = proc.communicate(timeout=SUBPROCESS_TIMEOUT)[0]
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, output
     assert "PARTIAL: interrupted during fake-hang" in output
-    report = load_report(only(project.path / "out", "*.json"))
+    report = load_report(only(project.path / "out", "*.json")).to_dict()
     assert report["run"]["partial"] and report["run"]["interrupted"] == "fake-hang" and report["verdicts"] == []
 
 
@@ -237,7 +238,7 @@ def test_xdist_runs_the_probes_one_at_a_time(project: pytest.Pytester, monkeypat
     assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), spans  # never overlapping
     result.stdout.fnmatch_lines(["rocmcheck: * probe variants, run one at a time*"])
     result.stdout.fnmatch_lines(["*= rocmcheck matrix =*", "slow[[]4[]]*PASS*", "wrote *out*rocmcheck-*.json*"])
-    reports = [load_report(path) for path in (project.path / "out").glob("*.json")]
+    reports = [load_report(path).to_dict() for path in (project.path / "out").glob("*.json")]
     assert sorted(v["variant"] for r in reports for v in r["verdicts"]) == [f"slow[{n}]" for n in (1, 2, 3, 4)]
 
 

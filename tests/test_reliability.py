@@ -62,7 +62,7 @@ def batch(request, tmp_path_factory):
         opts = RunOptions(device="cpu", isolation=request.param, timeout=TIMEOUT, probes_paths=[FAKE],
                           write_files=False)
         start = time.monotonic()
-        report = Runner(opts).run(variants)
+        report = Runner(opts).run(variants).to_dict()
         elapsed = time.monotonic() - start
     finally:
         if old is None:
@@ -211,7 +211,7 @@ def test_interrupt_writes_partial_report_and_kills_the_tree(tmp_path, isolation,
     assert report["run"]["interrupted"] == "fake-sleep"
     assert [v["variant"] for v in report["verdicts"]] == ["fake-pass"]
     assert journal.with_suffix(".md").read_text().count("PARTIAL") == 1
-    assert load_report(journal)["run"]["partial"] is True
+    assert load_report(journal).to_dict()["run"]["partial"] is True
     assert survivors(piddir) == []
 
 
@@ -223,7 +223,7 @@ def test_parent_sigkill_leaves_a_readable_journal_and_no_orphans(tmp_path, isola
     tree = psutil.Process(proc.pid).children(recursive=True)
     proc.kill()
     proc.communicate(timeout=10)
-    report = load_report(journal)
+    report = load_report(journal).to_dict()
     assert report["run"]["partial"] is True
     assert report["run"]["interrupted"] == "fake-sleep"
     assert [v["status"] for v in report["verdicts"]] == ["pass"]

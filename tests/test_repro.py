@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -183,13 +184,13 @@ def outcome(fake_dir, tmp_path_factory):
         report = Runner(RunOptions(device="cpu", inject=inject, probes_paths=paths, write_files=False,
                                    profile="gate")).run([variants[vid] for vid in RECORDED])  # the scripts: quick too
         assert fingerprint.host_facts()["env"][PLANTED_ENV[0]] == PLANTED_ENV[1]
-    recorded = {v["variant"]: v for v in report["verdicts"]}
-    report["verdicts"] += [Verdict(v.spec.id, v.id, Status.FAIL, dict(v.params), "wrong result").to_dict()
-                           for vid, v in variants.items() if vid not in RECORDED]
+    recorded = {v.variant: v.to_dict() for v in report.verdicts}
+    report.verdicts += [Verdict(v.spec.id, v.id, Status.FAIL, dict(v.params), "wrong result")
+                        for vid, v in variants.items() if vid not in RECORDED]
     bug = bugreport.build(report, stem="bug", probes_paths=paths)
     bugreport.write(bug, out / "bug.md")
     scripts = {r.variant: out / r.filename for r in bug.reproducers}
-    healthy = dict(report, fingerprint={**report["fingerprint"], "host": {"env": {}}})  # without the planted env
+    healthy = replace(report, fingerprint={**report.fingerprint, "host": {"env": {}}})  # without the planted env
     cleaned = {r.variant: r for r in bugreport.build(healthy, stem="healthy", probes_paths=paths).reproducers}
     jobs, keys = [], []
     for vid, fault in [(vid, fault) for vid, fault in CASES.items() if vid in variants]:

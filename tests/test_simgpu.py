@@ -213,7 +213,7 @@ def test_the_device_facts_process_becomes_the_gpus_worker_but_never_a_cpu_runs(s
     fake = str(Path(__file__).parent / "fake_probes")
     variants = select(registry.load_all([fake]), ["fake-w-current-gpu"])
     opts = RunOptions(device=device, inject="simgpu:1", probes_paths=[fake], write_files=False)
-    (verdict,) = Runner(opts).run(variants)["verdicts"]
+    (verdict,) = Runner(opts).run(variants).to_dict()["verdicts"]
     assert verdict["status"] == "pass", verdict
     assert verdict["evidence"].get("worker_task") == (1 if facts_process_runs_the_probe else None)
 
@@ -230,7 +230,7 @@ def test_a_worker_makes_its_own_gpu_current_again(simgpu_built):
     specs = registry.load_all([fake])
     variants = [v for p in ("fake-w-current-gpu", "fake-w-other-gpu", "fake-w-current-gpu") for v in select(specs, [p])]
     opts = RunOptions(device="simgpu:0", inject="simgpu:2", probes_paths=[fake], write_files=False)
-    first, other, after = Runner(opts).run(variants)["verdicts"]
+    first, other, after = Runner(opts).run(variants).to_dict()["verdicts"]
     assert first["measurements"]["pid"] == after["measurements"]["pid"]  # one worker
     assert first["measurements"]["current"] == after["measurements"]["current"] == 0
     assert "current_device" in other["evidence"]["state_put_back"]

@@ -19,7 +19,7 @@ def _run(isolation, *probes, **kwargs):
     specs = registry.load_all([FAKE])
     variants = [v for p in probes for v in select(specs, [p])]
     opts = RunOptions(device="cpu", isolation=isolation, probes_paths=[FAKE], write_files=False, **kwargs)
-    return Runner(opts).run(variants)
+    return Runner(opts).run(variants).to_dict()
 
 
 def _gate(isolation, inject=""):
@@ -31,7 +31,7 @@ def _gate(isolation, inject=""):
 
     variants = [v for v in select(registry.load_all(), gate_only=True) if v.spec.module.startswith("rocmcheck.probes.")]
     opts = RunOptions(device="cpu", isolation=isolation, timeout=10, inject=inject, write_files=False)
-    return Runner(opts).run(variants)["verdicts"]
+    return Runner(opts).run(variants).to_dict()["verdicts"]
 
 
 def test_a_workers_next_task_sees_the_settings_of_a_fresh_child(isolation):

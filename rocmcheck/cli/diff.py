@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict
 
 from ..model import ExitCode
 from ..outputs.diff import KINDS, compare, side, text
@@ -19,7 +20,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from ..outputs.storage import load_report, write_atomic
+    from ..outputs.storage import load_report, write_problem, write_recorded
 
     reports = [load_report(args.baseline), load_report(args.current)]
     result = compare(*reports, names=(str(args.baseline), str(args.current)))
@@ -28,5 +29,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.json:
         data = {"baseline": sides[0], "current": sides[1], "unchanged": result.unchanged,
                 **{kind: [c.__dict__ for c in result.of(kind)] for kind in KINDS}}
-        write_atomic(args.json, json.dumps(data, indent=2) + "\n")
+        unwritten: Dict[str, str] = {}
+        if not write_recorded(unwritten, "json", args.json, lambda: json.dumps(data, indent=2) + "\n"):
+            print(f"rocmcheck: {write_problem(unwritten)}", file=sys.stderr)
     return ExitCode.FAILED if result.regressions else ExitCode.OK

@@ -11,7 +11,8 @@ from ..engine.options import argparse_type, positive
 from ..engine.selection import gate_variants, select
 from ..errors import UsageError
 from ..model import ExitCode
-from ..outputs.render import doctor_text, markdown_report
+from ..outputs.formats import offered
+from ..outputs.render import doctor_text
 from .common import add_run_options, files_line, live, note, run_options
 
 
@@ -32,7 +33,7 @@ def register(sub: Any) -> None:
                                    "measure its pass rate) and under each candidate workaround that applies "
                                    "(environment variables, or parameters of the same probe), within --budget "
                                    "seconds. Exit 0 when every failing variant has a workaround, 1 when one has none.")
-    add_run_options(p)
+    add_run_options(p, "doctor")
     p.set_defaults(func=cmd_doctor)
     p.add_argument("--from", dest="from_path", type=Path, default=None, metavar="RUN.json",
                    help="diagnose the failing variants of an existing run (report .json or .jsonl journal)")
@@ -58,9 +59,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             among = " among the selection" if args.probe or args.keyword else ""
             print(f"doctor: nothing to diagnose: no variant of {args.from_path} failed{among}")
             return ExitCode.OK
-        run = source["run"]
-        args.device = args.device or run.get("device")  # checked as --device; neither: auto
-        profile = run.get("profile") if run.get("profile") in ("gate", "full") else "full"
+        args.device = args.device or source.run.device  # checked as --device; neither: auto
+        profile = source.run.profile if source.run.profile in ("gate", "full") else "full"
         first = [v for v, _ in failing]
     else:
         first = select(specs, args.probe, args.keyword) if args.probe or args.keyword else gate_variants(specs)
@@ -68,7 +68,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             raise UsageError("no probe variant matches the selection")
         profile = "full" if args.probe or args.keyword else "gate"
     opts = run_options(args, "doctor", profile)
-    runner = Runner(opts, on_verdict=live, on_note=note, markdown=markdown_report)
+    runner = Runner(opts, on_verdict=live, on_note=note, outputs=offered("doctor"))
     doctor = Doctor(runner, candidates, args.repeats, args.budget)
 
     def diagnose() -> None:
@@ -86,9 +86,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     print(f"rocmcheck doctor: {len(first)} variants, isolation {opts.isolation}, device {opts.device}", flush=True)
     report = runner.run(first, after=diagnose)
-    results = report.get("doctor", [])
+    results = report.sections.get("doctor", [])
     print(doctor_text(results))
     print(files_line(report, opts))
-    if report["run"]["partial"]:
+    if report.run.partial:
         return ExitCode.INTERRUPTED
     return ExitCode.OK if all(r["fixes"] for r in results) else ExitCode.FAILED

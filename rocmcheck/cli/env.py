@@ -23,7 +23,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
     opts = RunOptions.build(Given({"device": args.device}), write_files=False, command="env", needs_torch=False)
     report = Runner(opts).run([])
-    fp = report["fingerprint"]
+    fp = report.fingerprint
     health = snapshot()  # the GPUs' own counters (node-health), read from the driver
     if args.json:
         print(json.dumps({**fp, "node_health": {a: h.to_dict() for a, h in health.items()}}, indent=2, default=str))

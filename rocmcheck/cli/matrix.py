@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict
 
 from ..engine.options import check_outputs
 from ..model import ExitCode
@@ -24,7 +25,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from ..outputs.storage import load_report, write_atomic
+    from ..outputs.storage import load_report, write_problem, write_recorded
 
     check_outputs({}, {"--md": args.md, "--json": args.json, "--html": args.html})
     unique = list(dict.fromkeys(report_files(args.files)))  # the same file named twice counts once
@@ -33,10 +34,12 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     outputs = [(args.md, lambda: markdown_text(matrix)),
                (args.json, lambda: json.dumps(matrix, indent=2, default=str) + "\n"),
                (args.html, lambda: _html(matrix))]
+    unwritten: Dict[str, str] = {}
     for path, text in outputs:
-        if path is not None:
-            write_atomic(path, text())
+        if path is not None and write_recorded(unwritten, str(path), path, text):
             print(f"wrote {path}")
+    if unwritten:
+        print(f"rocmcheck: {write_problem(unwritten)}", file=sys.stderr)
     return ExitCode.OK
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from .. import registry
 from ..engine.options import add_to_argparse, check_outputs
@@ -14,6 +14,7 @@ from ..knowledge.explain import read_log
 from ..model import ExitCode
 from ..outputs.bugreport import build, write
 from ..outputs.storage import load_report
+from ..records import Report
 from .common import add_run_options, execute, note, run_options
 
 
@@ -22,7 +23,7 @@ def register(sub: Any) -> None:
                        description="Run the probes (or use --from RUN.json) and write a Markdown bug report that "
                                    "fits a GitHub issue, its JSON twin and a standalone reproducer per failing "
                                    "variant. Secrets are redacted. Exit 0 when the files are written.")
-    add_run_options(p)
+    add_run_options(p, "report")
     add_to_argparse(p, "gate_only")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
                    help="the Markdown file (default: OUT_DIR/rocmcheck-report-RUNID.md); the JSON twin "
@@ -37,7 +38,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_report)
 
 
-def newest_complete_run(out_dir: Path) -> Optional[Tuple[Path, Dict[str, Any]]]:
+def newest_complete_run(out_dir: Path) -> Optional[Tuple[Path, Report]]:
     """The newest report in OUT_DIR of a run that finished (not partial, not a bug report's JSON
     twin), with its path; None when there is none."""
     def modified(path: Path) -> float:
@@ -51,12 +52,12 @@ def newest_complete_run(out_dir: Path) -> Optional[Tuple[Path, Dict[str, Any]]]:
             report = load_report(path)
         except UsageError:
             continue
-        if "bug_report" not in report and not (report.get("run") or {}).get("partial"):
+        if "bug_report" not in report.sections and not report.run.partial:
             return path, report
     return None
 
 
-def _run_or_load(args: argparse.Namespace) -> Dict[str, Any]:
+def _run_or_load(args: argparse.Namespace) -> Report:
     """The run to report: --from, else the newest complete run in OUT_DIR (said), else a run
     now (said first: the full profile takes minutes); --probe, -k or --gate-only run anew."""
     selected = bool(args.probe or args.keyword or args.gate_only)
@@ -68,7 +69,7 @@ def _run_or_load(args: argparse.Namespace) -> Dict[str, Any]:
     if found is not None:
         args.from_path, report = found
         note(f"reporting the newest complete run in {args.out_dir}: {args.from_path} "
-             f"({len(report['verdicts'])} verdicts); --from FILE picks another, --probe/-k/--gate-only run anew")
+             f"({len(report.verdicts)} verdicts); --from FILE picks another, --probe/-k/--gate-only run anew")
         return report
     opts = run_options(args, "report")
     variants = select(registry.load_all(opts.probes_paths), args.probe, args.keyword, gate_only=args.gate_only)
@@ -84,7 +85,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     check_outputs({"--out-dir": args.out_dir, "-o": args.output.parent if args.output else None}, {"-o": args.output})
     log = (args.log, read_log(args.log)) if args.log else None  # bad input before any probe runs
     report = _run_or_load(args)
-    run_id = re.sub(r"[^A-Za-z0-9_.-]+", "-", str((report.get("run") or {}).get("id") or "unknown"))
+    run_id = re.sub(r"[^A-Za-z0-9_.-]+", "-", report.run.id or "unknown")
     md_path = args.output or args.out_dir / f"rocmcheck-report-{run_id}.md"
     bug = build(report, anonymize=args.anonymize, stem=md_path.stem,
                 source=str(args.from_path) if args.from_path else "", probes_paths=args.probes_path, log=log)
@@ -97,5 +98,4 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(info["redaction_summary"])
     if info["markdown_cut"]:
         print(f"trimmed to fit a GitHub issue: {'; '.join(info['markdown_cut'])}")
-    partial = bool((report.get("run") or {}).get("partial"))
-    return ExitCode.INTERRUPTED if partial and args.from_path is None else ExitCode.OK
+    return ExitCode.INTERRUPTED if report.run.partial and args.from_path is None else ExitCode.OK

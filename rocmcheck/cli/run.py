@@ -4,23 +4,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Dict
+from typing import Any
 
 from .. import registry
 from ..engine.options import add_to_argparse
 from ..engine.selection import gate_variants, select
-from ..model import ExitCode, is_bad, node_status
+from ..model import ExitCode, node_status
 from ..outputs.render import counts_line, failing_line, known_issue_lines, terminal_matrix
+from ..records import Report
 from .common import add_run_options, execute, exit_for, files, files_line, run_options, to_stdout
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("run", help="run probes; live line per verdict, then the matrix")
-    add_run_options(p)
+    add_run_options(p, "run")
     add_to_argparse(p, "gate_only")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("gate", help="the quick critical set: GO (exit 0) or NO-GO (exit 1)")
-    add_run_options(p)
+    add_run_options(p, "gate")
     p.add_argument("--require", action="append", default=[], metavar="ID",
                    help="make the gate these probes instead (glob, repeatable): narrows or widens it")
     p.set_defaults(func=cmd_gate)
@@ -51,26 +52,24 @@ def cmd_gate(args: argparse.Namespace) -> int:
     print("\n" + gate_screen(report, code), file=human)
     print(files_line(report, opts), file=human)
     if to_stdout(args):
-        unwritten = report["run"].get("unwritten") or {}
-        written = {kind: str(path) for kind, path in files(report, opts).items()
-                   if kind in ("json", "md") and kind not in unwritten}
+        written = {name: str(path) for name, path in files(report, opts).items()}
         print(json.dumps(node.verdict(report, code, written), indent=2, default=str), flush=True)
     return code
 
 
-def gate_screen(report: Dict[str, Any], code: int) -> str:
+def gate_screen(report: Report, code: int) -> str:
     """GO or NO-GO, then each failing variant with its evidence and known workaround."""
     lines = [f"{node_status(code)} — {counts_line(report)}"]
-    for v in report["verdicts"]:
-        if not is_bad(v["status"]):
+    for v in report.verdicts:
+        if not v.status.is_bad:
             continue
         lines.append("  " + failing_line(v, 200))
-        ev = v.get("evidence") or {}
+        ev = v.evidence
         if ev.get("signal") or ev.get("signatures"):
             lines.append(f"    evidence: {', '.join(filter(None, [ev.get('signal'), *ev.get('signatures', [])]))}")
         if ev.get("fix"):
             lines.append(f"    fix: {ev['fix']}")
         if ev.get("stack"):
             lines.append("    stack: " + " | ".join(ev["stack"].strip().splitlines()[-3:]))
-        lines.extend("  " + line for line in known_issue_lines(v))
+        lines.extend("  " + line for line in known_issue_lines(v.known_issues))
     return "\n".join(lines)

@@ -195,8 +195,7 @@ class RunOptions:
     env: Dict[str, str] = field(default_factory=dict)  # set in every child
     preload: List[str] = field(default_factory=list)  # modules imported once by the zygote
     out_dir: Path = Path("reports")
-    json_path: Optional[Path] = None
-    md_path: Optional[Path] = None
+    named_files: Dict[str, Path] = field(default_factory=dict)  # output (json, md, ...) -> the file its option named
     write_files: bool = True
     command: str = "run"
     kill_policy: KillPolicy = KillPolicy()  # how a hung child is ended, and how long its tree may take to go

@@ -29,7 +29,8 @@ from ..host import fingerprint, hostgpu, kernellog
 from ..knowledge import known_issues
 from ..knowledge.signatures import BY_MEANING, signatures
 from ..model import DeviceInfo, Status, Variant, Verdict, preloads
-from ..outputs.storage import SCHEMA, SCHEMA_VERSION, Journal, new_run_id, report_json, report_paths, write_atomic
+from ..outputs.storage import Journal, Output, journal_path, new_run_id, write_outputs
+from ..records import SCHEMA, SCHEMA_VERSION, Report, RunInfo
 from ..safetext import clean, clean_env, clean_tree
 from . import devices
 from .devices import GPU_VISIBLE
@@ -48,9 +49,9 @@ class Runner:
 
     def __init__(self, options: RunOptions, on_verdict: Optional[Callable[[Verdict], None]] = None,
                  on_note: Optional[Callable[[str], None]] = None,
-                 markdown: Optional[Callable[[Dict[str, Any]], str]] = None):
+                 outputs: Sequence[Output] = ()):
         self.opts = options
-        self.markdown = markdown  # renders the report's Markdown file: the runner renders nothing itself
+        self.outputs = outputs  # the files to write at the end, with their renderers: the runner renders nothing
         self.on_verdict = on_verdict or (lambda v: None)
         self.on_note = on_note or (lambda s: None)
         faults.prepare(faults.parse(options.inject))  # what the faults need done once in the parent (a build)
@@ -70,7 +71,7 @@ class Runner:
         self.gpu_problem: Optional[str] = None  # the host has GPUs that this torch cannot use
         self._arch_fix: Optional[str] = None  # computed once, for children that die with no code object
         self.journal: Optional[Journal] = None
-        self.unwritten: Dict[str, str] = {}  # file kind (jsonl, json, md) -> "path: why" it could not be written
+        self.unwritten: Dict[str, str] = {}  # output (jsonl, json, md, ...) -> "path: why" it could not be written
         self.sections: Dict[str, Any] = {}  # extra report sections (doctor's results), written with the report
         self.current: Optional[str] = None  # what runs now, named in the report if interrupted
         self.baselines: Dict[str, Any] = {}  # probe id -> what its baseline() read before the first probe
@@ -81,7 +82,10 @@ class Runner:
     # --- files -------------------------------------------------------------------------
 
     def paths(self) -> Dict[str, Path]:
-        return report_paths(self.opts.out_dir, self.run_id, self.opts.json_path, self.opts.md_path)
+        """Where the journal and each output with a path go."""
+        found = {o.name: o.path(self.opts.out_dir, self.run_id, self.opts.named_files) for o in self.outputs}
+        return {"jsonl": journal_path(self.opts.out_dir, self.run_id),
+                **{name: path for name, path in found.items() if path is not None}}
 
     def note(self, text: str, say: bool = True) -> None:
         text = clean(text)
@@ -308,14 +312,15 @@ class Runner:
         self.isolation.start(self.opts.preload)
         self.resolve_device()
         if self.opts.write_files:
-            path = self.paths()["jsonl"]
+            path = journal_path(self.opts.out_dir, self.run_id)
             try:
                 self.journal = Journal(path)
             except OSError as exc:
                 why = self._cannot_write("jsonl", path, exc)
                 self.note(f"no journal ({why}): the verdicts are kept for the report", say=False)
             self._journal({"record": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
-                           **self._header()})
+                           "tool": self._tool(), "run": self._run_info().header(),
+                           "fingerprint": self.fingerprint_cache})
 
     def run_one(self, variant: Variant, device: Optional[DeviceInfo] = None) -> Verdict:
         """Run one variant after `start()`: journal, verdict, known issues, callback."""
@@ -391,20 +396,20 @@ class Runner:
         self.isolation.close()
         self._remove_tmp()
 
-    def finish(self, interrupted: Optional[str] = None) -> Dict[str, Any]:
-        """End the run: stop the launcher, close the journal, write and return the report."""
+    def finish(self, interrupted: Optional[str] = None) -> Report:
+        """End the run: stop the launcher, close the journal, write and return the report. A file
+        that could not be written is in `report.run.unwritten` (the journal's failures too)."""
         self.close_launcher()  # and the task and result files with it: on /dev/shm they hold memory
         report = self.report(partial=interrupted is not None, interrupted=interrupted)
-        self._journal({"record": "end", "run": report["run"]})
+        self._journal({"record": "end", "run": report.run.to_dict()})
         if self.journal:
             self.journal.close()
         if self.opts.write_files:
-            self.write(report)
-        if self.unwritten:
-            report["run"]["unwritten"] = dict(self.unwritten)
+            write_outputs(report, self.outputs, self.opts.out_dir, self.opts.named_files)
+        report.run.unwritten = {**self.unwritten, **report.run.unwritten}  # after: the files never carry it
         return report
 
-    def run(self, variants: List[Variant], after: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
+    def run(self, variants: List[Variant], after: Optional[Callable[[], None]] = None) -> Report:
         """Run `variants`, then `after()` (more children under the same run, e.g. doctor's
         attempts); returns the report (also written to disk unless write_files is off)."""
         in_main = threading.current_thread() is threading.main_thread()
@@ -445,38 +450,22 @@ class Runner:
             where = record.get("variant") or f"its {record.get('record')} record"
             self.note(f"the journal stopped at {where} ({why}): the verdicts are kept for the report", say=False)
 
-    def _header(self) -> Dict[str, Any]:
-        return {"tool": {"name": "rocmcheck", "version": __version__}, "run": self._run_info(),
-                "fingerprint": self.fingerprint_cache}
+    def _tool(self) -> Dict[str, Any]:
+        return {"name": "rocmcheck", "version": __version__}
 
-    def _run_info(self) -> Dict[str, Any]:
-        return {"id": self.run_id, "command": self.opts.command, "argv": clean_tree(sys.argv[1:]),
-                "started": self.started_at, "device": self.device.name, "profile": self.opts.profile,
-                "isolation": self.isolation.mode, "isolation_requested": self.opts.isolation,
-                "inject": self.opts.inject, "env": clean_env(self.opts.env), "notes": self.notes}
+    def _run_info(self) -> RunInfo:
+        return RunInfo(id=self.run_id, command=self.opts.command, argv=clean_tree(sys.argv[1:]),
+                       started=self.started_at, device=self.device.name, profile=self.opts.profile,
+                       isolation=self.isolation.mode, isolation_requested=self.opts.isolation,
+                       inject=self.opts.inject, env=clean_env(self.opts.env), notes=self.notes)
 
-    def report(self, partial: bool, interrupted: Optional[str]) -> Dict[str, Any]:
-        counts: Dict[str, int] = {}
+    def report(self, partial: bool, interrupted: Optional[str]) -> Report:
+        counts: Dict[str, int] = {}  # in the order first seen, as reports always wrote them
         for v in self.verdicts:
             counts[v.status.value] = counts.get(v.status.value, 0) + 1
-        run = {**self._run_info(), "finished": time.time(), "partial": partial, "interrupted": interrupted,
-               "counts": counts}
-        return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION,
-                "tool": {"name": "rocmcheck", "version": __version__}, "run": run,
-                "fingerprint": self.fingerprint_cache, "verdicts": [v.to_dict() for v in self.verdicts],
-                **self.sections}
-
-    def write(self, report: Dict[str, Any]) -> None:
-        """Write the JSON and Markdown: the run's own names never replace a file, a path the user
-        named (--json, --md) is replaced. A file that cannot be written is noted, not raised."""
-        paths = self.paths()
-        files = [("json", self.opts.json_path, report_json)] + \
-            ([("md", self.opts.md_path, self.markdown)] if self.markdown is not None else [])
-        for kind, named, render in files:
-            try:
-                write_atomic(paths[kind], render(report), replace=named is not None)
-            except OSError as exc:
-                self._cannot_write(kind, paths[kind], exc)
+        run = replace(self._run_info(), finished=time.time(), partial=partial, interrupted=interrupted, counts=counts)
+        return Report(run=run, verdicts=list(self.verdicts), fingerprint=self.fingerprint_cache, tool=self._tool(),
+                      sections=dict(self.sections))
 
 
 def scratch_dir() -> Path:

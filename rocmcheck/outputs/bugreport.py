@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .. import __version__, registry
 from ..errors import UsageError
@@ -24,7 +24,8 @@ from ..host.fingerprint import summary
 from ..jsonsafe import jsonsafe
 from ..knowledge import known_issues
 from ..knowledge.explain import explain
-from ..model import EVIDENCE_TAILS, STATUS_VALUES, Status, Verdict, count_statuses, is_bad, is_notable
+from ..model import EVIDENCE_TAILS, Status, Verdict, is_bad, is_notable
+from ..records import Report
 from ..redact import REDACTED, Redactor
 from . import repro
 from .render import counts_line, doctor_markdown, markdown_matrix, short
@@ -73,14 +74,6 @@ NAMES_LISTED = 50  # variant names in one sentence before "and N more"
 DRIVER_FACTS = ("nvidia_driver", "amdgpu_driver", "hip_runtime", "miopen_runtime", "cudnn", "nccl", "hipblaslt")
 
 
-def valid_verdicts(report: Mapping[str, Any]) -> List[Dict[str, Any]]:
-    """The verdicts a report can be built from (the loader already dropped fields of a foreign
-    type); a record without a probe variant and status is left out (and counted)."""
-    return [v for v in report.get("verdicts") or []
-            if isinstance(v, dict) and v.get("status") in STATUS_VALUES and isinstance(v.get("variant"), str)
-            and isinstance(v.get("probe", ""), str)]
-
-
 def _with_known_issues(verdict: Dict[str, Any], fingerprint: Dict[str, Any]) -> Dict[str, Any]:
     """Issues recorded with the verdict plus any the current known-issue data adds."""
     if not is_notable(verdict["status"]):
@@ -116,18 +109,16 @@ def _reproducers(report: Dict[str, Any], redactor: Redactor, stem: str, probes_p
     return made, missing
 
 
-def build(report: Mapping[str, Any], anonymize: bool = False, stem: str = "rocmcheck-report",
+def build(report: Report, anonymize: bool = False, stem: str = "rocmcheck-report",
           source: str = "", probes_paths: Iterable[str] = (), log: Optional[Tuple[str, str]] = None) -> BugReport:
     """The redacted Markdown, JSON twin and reproducers for a loaded or fresh report;
     reproducers need the probes' sources (built-in, or from `probes_paths`). `log`: (name, text)
     of the user's own log, whose recognised excerpt (`rocmcheck explain`) goes in too."""
-    report = jsonsafe(dict(report))  # also bounds the nesting depth of a foreign report
-    verdicts = valid_verdicts(report)
-    dropped = len(report.get("verdicts") or []) - len(verdicts)
-    fingerprint = _mapping(report.get("fingerprint"))
-    run = {**_mapping(report.get("run")), "counts": count_statuses(v["status"] for v in verdicts)}
-    report = {**report, "run": run, "fingerprint": fingerprint,
-              "verdicts": [_with_known_issues(v, fingerprint) for v in verdicts]}
+    dropped = len(report.malformed)  # records of the source that were no verdict
+    data = jsonsafe(report.to_dict())  # also bounds the nesting depth of a foreign report
+    fingerprint = data["fingerprint"]
+    run = {**data["run"], "counts": report.counts()}
+    report = {**data, "run": run, "verdicts": [_with_known_issues(v, fingerprint) for v in data["verdicts"]]}
     redactor = Redactor(anonymize)
     already = json.dumps(report).count(REDACTED)  # a fresh run is redacted as it is recorded
     if log is not None:
@@ -151,7 +142,7 @@ def build(report: Mapping[str, Any], anonymize: bool = False, stem: str = "rocmc
 def write(bug: BugReport, md_path: Path) -> List[Path]:
     """Write the Markdown, its JSON twin and the reproducers beside it."""
     json_path = md_path.with_suffix(".json")
-    files = [(md_path, bug.markdown), (json_path, report_json(bug.data))]
+    files = [(md_path, bug.markdown), (json_path, report_json(Report.from_dict(bug.data)))]
     files += [(md_path.parent / r.filename, r.script) for r in bug.reproducers]
     for path, text in files:
         try:
@@ -225,7 +216,7 @@ def _matrix_section(verdicts: List[Dict[str, Any]], rows_kept: str) -> List[str]
     rows = verdicts if rows_kept == "all" else [v for v in verdicts if is_notable(v["status"])]
     cut = "" if rows_kept == "all" else f", {len(verdicts) - len(rows)} passing or skipped rows cut"
     return ["", f"<details><summary>Full matrix ({len(verdicts)} variants{cut})</summary>", "",
-            markdown_matrix(rows) if rows else "(no verdicts)", "", "</details>"]
+            markdown_matrix([Verdict.from_dict(v) for v in rows]) if rows else "(no verdicts)", "", "</details>"]
 
 
 def _names(names: List[str]) -> str:
@@ -240,7 +231,7 @@ def _summary_paragraph(report: Dict[str, Any], bad: List[Dict[str, Any]], contex
     text = (f"rocmcheck {(report.get('tool') or {}).get('version', '?')} ran {len(report['verdicts'])} probe "
             f"variant(s) on **{summary(report['fingerprint'])}** (device `{run.get('device', '?')}`, profile "
             f"{run.get('profile', '?')}, isolation {run.get('isolation', '?')}, run `{run.get('id', '?')}`, {when}): "
-            f"{counts_line(report)}.")
+            f"{counts_line(Report.from_dict(report))}.")
     if bad:
         listed = ", ".join(f"`{v['variant']}` ({v['status']})" for v in bad[:5])
         text += f" Not passing: {listed}{' and more' if len(bad) > 5 else ''}."

@@ -17,21 +17,21 @@ from typing import Any, Dict, List, Optional
 
 from ..errors import UsageError
 from ..host.fingerprint import summary
-from ..model import STATUS_VALUES, Status, is_bad
+from ..model import Status, is_bad
+from ..records import Report
 from .render import short
 
 KINDS = ("regression", "fix", "changed", "new", "missing")
 
 
-def statuses(report: Dict[str, Any], what: str) -> Dict[str, str]:
-    """variant id -> status (the worst, if the report holds the variant more than once)."""
+def statuses(report: Report, what: str) -> Dict[str, str]:
+    """variant id -> status (the worst, if the report holds the variant more than once); a
+    loaded record that was no verdict is a one-line UsageError naming `what`."""
+    if report.malformed:
+        raise UsageError(f"{what}: verdict {report.malformed[0]} has no valid variant and status")
     seen: Dict[str, List[str]] = {}
-    for index, verdict in enumerate(report.get("verdicts") or []):
-        ok = isinstance(verdict, dict) and isinstance(verdict.get("variant"), str) \
-            and verdict.get("status") in STATUS_VALUES
-        if not ok:
-            raise UsageError(f"{what}: verdict {index} has no valid variant and status")
-        seen.setdefault(verdict["variant"], []).append(verdict["status"])
+    for verdict in report.verdicts:
+        seen.setdefault(verdict.variant, []).append(verdict.status.value)
     return {variant: Status.worst(found).value for variant, found in seen.items()}
 
 
@@ -77,10 +77,10 @@ class Diff:
         return ", ".join(parts) + f", {self.unchanged} unchanged"
 
 
-def compare(baseline: Dict[str, Any], current: Dict[str, Any], names: tuple = ("baseline", "current")) -> Diff:
+def compare(baseline: Report, current: Report, names: tuple = ("baseline", "current")) -> Diff:
     """Classify every variant of both reports; `names` label them in error messages."""
     before, now = statuses(baseline, names[0]), statuses(current, names[1])
-    messages = {v.get("variant"): v.get("message", "") for v in current.get("verdicts") or []}
+    messages = {v.variant: v.message for v in current.verdicts}
     result = Diff()
     for variant, status in now.items():
         kind = classify(before.get(variant), status)
@@ -96,11 +96,11 @@ def compare(baseline: Dict[str, Any], current: Dict[str, Any], names: tuple = ("
 # --- for people --------------------------------------------------------------------------------
 
 
-def side(path: Path, report: Dict[str, Any]) -> Dict[str, Any]:
+def side(path: Path, report: Report) -> Dict[str, Any]:
     """One side of a diff: its file, machine, run and whether it is partial."""
-    run = report.get("run") or {}
-    return {"file": str(path), "machine": summary(report.get("fingerprint") or {}), "run": run.get("id"),
-            "partial": bool(run.get("partial")), "interrupted": run.get("interrupted")}
+    run = report.run
+    return {"file": str(path), "machine": summary(report.fingerprint), "run": run.id or None,
+            "partial": run.partial, "interrupted": run.interrupted}
 
 
 def text(sides: List[Dict[str, Any]], result: Diff) -> str:

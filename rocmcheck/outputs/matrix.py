@@ -13,14 +13,15 @@ known issue, listed under the table. Never imports torch.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import UsageError
 from ..host.fingerprint import summary
 from ..knowledge import known_issues
-from ..model import EVIDENCE_TAILS, STATUS_ORDER, Status, Verdict, count_statuses, is_notable
+from ..model import EVIDENCE_TAILS, STATUS_ORDER, Status, Verdict, count_statuses
+from ..records import Report
 from .diff import statuses
 from .render import known_issue_lines, md_escape
 
@@ -35,75 +36,72 @@ class Machine:
     label: str
     fingerprint: Dict[str, Any]
     reports: List[str] = field(default_factory=list)
-    verdicts: Dict[str, List[Dict[str, Any]]] = field(default_factory=dict)  # variant -> its verdicts
+    verdicts: Dict[str, List[Verdict]] = field(default_factory=dict)  # variant -> its verdicts
 
 
-def _issues(verdict: Dict[str, Any], fingerprint: Dict[str, Any]) -> List[Dict[str, Any]]:
+def _issues(verdict: Verdict, fingerprint: Dict[str, Any]) -> List[Dict[str, Any]]:
     """Known issues stored with the verdict, plus any the current data files add."""
-    found = {i.get("id"): i for i in verdict.get("known_issues") or []}
-    if is_notable(verdict["status"]):
-        probe = verdict.get("probe") or verdict["variant"].split("[")[0]
-        current = Verdict(probe, verdict["variant"], Status(verdict["status"]), message=verdict.get("message") or "",
-                          evidence=verdict.get("evidence") or {})
+    found = {i.get("id"): i for i in verdict.known_issues}
+    if verdict.status.is_notable:
+        current = replace(verdict, probe=verdict.probe or verdict.variant.split("[")[0])
         for issue in known_issues.match(current, fingerprint):
             found.setdefault(issue["id"], issue)
     return list(found.values())
 
 
-def _detail(verdict: Dict[str, Any]) -> Dict[str, Any]:
+def _detail(verdict: Verdict) -> Dict[str, Any]:
     """What a reader of a bad cell needs: the message and the evidence's short fields and tails."""
-    ev = verdict.get("evidence") or {}
+    ev = verdict.evidence
     evidence = {k: ev[k] for k in ("exit", "signatures", "faults_injected") if ev.get(k)}
     evidence.update({k: str(ev[k]).strip()[-DETAIL_TAIL:] for k in EVIDENCE_TAILS if ev.get(k)})
-    return {"status": verdict["status"], "message": verdict.get("message") or "", "evidence": evidence}
+    return {"status": verdict.status.value, "message": verdict.message, "evidence": evidence}
 
 
-def _cell(verdicts: Optional[List[Dict[str, Any]]], fingerprint: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def _cell(verdicts: Optional[List[Verdict]], fingerprint: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     if not verdicts:
         return None
-    counts = count_statuses(v["status"] for v in verdicts)
+    counts = count_statuses(v.status.value for v in verdicts)
     issues = {i.get("id"): i for v in verdicts for i in _issues(v, fingerprint)}
     return {"status": Status.worst(counts).value, "counts": counts, "known_issues": list(issues.values()),
-            "details": [_detail(v) for v in verdicts if is_notable(v["status"])]}
+            "details": [_detail(v) for v in verdicts if v.status.is_notable]}
 
 
 def _badness(machine: Machine) -> Tuple[int, ...]:
     """How bad a machine's verdicts are: counts per status, the most severe first."""
-    counts = count_statuses(v["status"] for verdicts in machine.verdicts.values() for v in verdicts)
+    counts = count_statuses(v.status.value for verdicts in machine.verdicts.values() for v in verdicts)
     return tuple(counts.get(status.value, 0) for status in STATUS_ORDER)
 
 
-def one_per_run(loaded: List[Tuple[str, Dict[str, Any]]]) -> List[Tuple[str, Dict[str, Any]]]:
+def one_per_run(loaded: List[Tuple[str, Report]]) -> List[Tuple[str, Report]]:
     """One (name, report) per run id: the run's own report over a bug report's JSON twin of it
     (which carries `bug_report`), else the first named; reports without a run id all stay."""
     chosen: Dict[Any, int] = {}  # run id -> index of the file kept
     for index, (_, report) in enumerate(loaded):
-        found = (report.get("run") or {}).get("id")
-        run_id = str(found) if found else ("no run id", index)
+        run_id = report.run.id or ("no run id", index)
         kept = chosen.get(run_id)
-        if kept is None or ("bug_report" in loaded[kept][1] and "bug_report" not in report):
+        if kept is None or ("bug_report" in loaded[kept][1].sections and "bug_report" not in report.sections):
             chosen[run_id] = index
     return [loaded[index] for index in sorted(chosen.values())]
 
 
-def build(loaded: List[Tuple[str, Dict[str, Any]]]) -> Dict[str, Any]:
+def build(loaded: List[Tuple[str, Report]]) -> Dict[str, Any]:
     """The matrix (JSON-able) from (name, report) pairs, each run counted once."""
     machines: Dict[str, Machine] = {}
     probes: Dict[str, str] = {}  # variant -> probe id, in first-seen order
     for name, report in one_per_run(loaded):
         statuses(report, name)  # rejects malformed verdicts with a one-line error
-        fingerprint = report.get("fingerprint") or {}
-        several = len((fingerprint.get("device") or {}).get("under_test") or []) > 1
-        for verdict in report["verdicts"]:
+        fingerprint = report.fingerprint
+        several = len(report.device.get("under_test") or []) > 1
+        for verdict in report.verdicts:
             label = summary(fingerprint)
-            gpu = (verdict.get("device") or {}).get("name") if isinstance(verdict.get("device"), dict) else None
+            gpu = verdict.device.get("name")
             if several and gpu:  # a node's GPUs each get a column
                 label = f"{label} / {gpu}"
             machine = machines.setdefault(label, Machine(label, fingerprint))
             if name not in machine.reports:
                 machine.reports.append(name)
-            probes.setdefault(verdict["variant"], verdict.get("probe") or "")
-            machine.verdicts.setdefault(verdict["variant"], []).append(verdict)
+            probes.setdefault(verdict.variant, verdict.probe)
+            machine.verdicts.setdefault(verdict.variant, []).append(verdict)
     ordered = sorted(machines.values(), key=_badness, reverse=True)  # the worst machines first (stable)
     machines = {m.label: m for m in ordered}
     first_seen: Dict[str, int] = {}
@@ -152,7 +150,7 @@ def _issue_lines(matrix: Dict[str, Any], bullet: str) -> List[str]:
         for machine, cell in zip(matrix["machines"], row["cells"]):
             if cell and cell["known_issues"]:
                 lines.append(f"{bullet}{row['variant']} on {machine['label']}:")
-                lines += ["  " + line for line in known_issue_lines(cell)]
+                lines += ["  " + line for line in known_issue_lines(cell["known_issues"])]
     return lines
 
 

@@ -11,51 +11,51 @@ import socket
 import time
 from typing import Any, Dict, List, Optional
 
-from ..model import ExitCode, Status, is_bad, node_status
+from ..model import ExitCode, Status, Verdict, node_status
+from ..records import Report
 
 SCHEMA = "rocmcheck-node-verdict"
 SCHEMA_VERSION = "1.0"
 
 
-def action(verdict: Dict[str, Any], on_gpu: bool) -> str:
+def action(verdict: Verdict, on_gpu: bool) -> str:
     """The honest next step for one failing verdict."""
-    fix = (verdict.get("evidence") or {}).get("fix")
+    fix = verdict.evidence.get("fix")
     if fix:
         return f"fix: {fix}"
-    issues = verdict.get("known_issues") or []
+    issues = verdict.known_issues
     workaround = next((i.get("workaround") for i in issues if i.get("workaround")), None)
     if workaround:
         return f"apply the known workaround ({issues[0].get('id')}): {workaround}"
-    measured = (verdict.get("measurements") or {}).get("action")
+    measured = verdict.measurements.get("action")
     if measured:  # the probe knows the step: gpu-visible's install command, node-health's "drain; reset or replace"
         return str(measured)
-    if Status(verdict["status"]) in (Status.CRASH, Status.HANG) and on_gpu:
+    if verdict.status in (Status.CRASH, Status.HANG) and on_gpu:
         return "drain the node and reset the GPU: a GPU that crashes or hangs a probe takes the next job down too"
     if on_gpu:
         return "drain the node: this GPU and software stack compute wrong results; attach `rocmcheck report` upstream"
     return "fix this before training: see the verdict's message and `rocmcheck report`"
 
 
-def verdict(report: Dict[str, Any], exit_code: int, files: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+def verdict(report: Report, exit_code: int, files: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """The node's verdict from a finished (gate) run."""
-    run = report.get("run") or {}
-    on_gpu = str(run.get("device", "cpu")) != "cpu"
+    run = report.run
+    on_gpu = run.device != "cpu"
     failing: List[Dict[str, Any]] = []
-    for v in report.get("verdicts") or []:
-        if is_bad(v["status"]):
-            failing.append({"check": v["variant"], "status": v["status"], "message": v.get("message", ""),
-                            "device": v.get("device") or run.get("device"), "action": action(v, on_gpu),
-                            "known_issues": [i.get("id") for i in v.get("known_issues") or []]})
+    for v in report.verdicts:
+        if v.status.is_bad:
+            failing.append({"check": v.variant, "status": v.status.value, "message": v.message,
+                            "device": v.device or run.device, "action": action(v, on_gpu),
+                            "known_issues": [i.get("id") for i in v.known_issues]})
     # a GO node can still be one to watch (correctable errors rising, a GPU throttled at idle)
-    warnings = [{"check": v["variant"], "message": v.get("message", ""), "device": v.get("device") or run.get("device")}
-                for v in report.get("verdicts") or [] if v["status"] == Status.WARN.value]
-    device = (report.get("fingerprint") or {}).get("device") or {}
-    interrupted = {"error": f"interrupted during {run.get('interrupted')}"} if run.get("partial") else {}
-    unwritten = {"unwritten": run["unwritten"]} if run.get("unwritten") else {}
-    return {**_head(exit_code), **interrupted, "device": run.get("device"), "backend": device.get("backend"),
-            "gpus_seen": device.get("count"), "counts": run.get("counts") or {}, "failing": failing,
+    warnings = [{"check": v.variant, "message": v.message, "device": v.device or run.device}
+                for v in report.verdicts if v.status is Status.WARN]
+    interrupted = {"error": f"interrupted during {run.interrupted}"} if run.partial else {}
+    unwritten = {"unwritten": dict(run.unwritten)} if run.unwritten else {}
+    return {**_head(exit_code), **interrupted, "device": run.device, "backend": report.device.get("backend"),
+            "gpus_seen": report.device.get("count"), "counts": run.counts, "failing": failing,
             "warnings": warnings,
-            "notes": run.get("notes") or [], "partial": bool(run.get("partial")), "reports": files or {},
+            "notes": run.notes, "partial": run.partial, "reports": files or {},
             **unwritten}
 
 

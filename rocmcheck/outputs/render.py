@@ -1,6 +1,6 @@
 """Text for people: the live line per verdict, the terminal matrix, the Markdown report and
-doctor's results. Renders report dicts only, so every command and the plugin share it and it
-imports nothing above the engine.
+doctor's results. Renders `Report`s and `Verdict`s only, so every command and the plugin share
+it and it imports nothing above the engine.
 """
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional
 from tabulate import tabulate
 
 from ..host.fingerprint import summary
-from ..model import EVIDENCE_TAILS, STATUS_ORDER, is_bad, is_notable
+from ..model import EVIDENCE_TAILS, STATUS_ORDER, Verdict, is_bad
+from ..records import Report
 
 MESSAGE_WIDTH = 90
 
@@ -19,52 +20,48 @@ def short(text: str, width: int = MESSAGE_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def verdict_line(v: Dict[str, Any]) -> str:
+def verdict_line(v: Verdict) -> str:
     """`  PASS  transfer[to-float32]  0.12s  ok`, with ` on cuda:N` for a verdict from a GPU."""
-    device = v.get("device") if isinstance(v.get("device"), dict) else {}
-    where = f" on {device['name']}" if device.get("name", "cpu") != "cpu" else ""
-    return (f"{v['status'].upper():>5}  {v['variant']}{where}  {v.get('duration_s', 0):.2f}s  "
-            f"{short(v.get('message', ''))}")
+    where = f" on {v.device['name']}" if v.device.get("name", "cpu") != "cpu" else ""
+    return f"{v.status.value.upper():>5}  {v.variant}{where}  {v.duration_s:.2f}s  {short(v.message)}"
 
 
-def counts_line(report: Dict[str, Any]) -> str:
-    run = report["run"]
-    counts = run.get("counts") or {}
-    parts = [f"{counts[s.value]} {s.value}" for s in STATUS_ORDER if counts.get(s.value)]
-    partial = f" (PARTIAL: interrupted during {run.get('interrupted')})" if run.get("partial") else ""
+def counts_line(report: Report) -> str:
+    run = report.run
+    parts = [f"{run.counts[s.value]} {s.value}" for s in STATUS_ORDER if run.counts.get(s.value)]
+    partial = f" (PARTIAL: interrupted during {run.interrupted})" if run.partial else ""
     return (", ".join(parts) or "no probes run") + partial
 
 
-def _rows(verdicts: Iterable[Dict[str, Any]]) -> List[List[str]]:
-    return [[v["variant"], v["status"].upper(), f"{v.get('duration_s', 0):.2f}", short(v.get("message", ""), 70)]
-            for v in verdicts]
+def _rows(verdicts: Iterable[Verdict]) -> List[List[str]]:
+    return [[v.variant, v.status.value.upper(), f"{v.duration_s:.2f}", short(v.message, 70)] for v in verdicts]
 
 
-def terminal_matrix(report: Dict[str, Any]) -> str:
-    table = tabulate(_rows(report["verdicts"]), headers=["probe variant", "verdict", "s", "message"],
+def terminal_matrix(report: Report) -> str:
+    table = tabulate(_rows(report.verdicts), headers=["probe variant", "verdict", "s", "message"],
                      tablefmt="simple")
-    return f"{table}\n\n{summary(report.get('fingerprint') or {})}: {counts_line(report)}"
+    return f"{table}\n\n{summary(report.fingerprint)}: {counts_line(report)}"
 
 
-def failing_line(v: Mapping[str, Any], width: Optional[int] = None) -> str:
+def failing_line(v: Verdict, width: Optional[int] = None) -> str:
     """`FAIL transfer[to-float32]: the message` (the message cut to `width`)."""
-    message = v.get("message", "")
-    return f"{v['status'].upper()} {v['variant']}: {short(message, width) if width else message}"
+    return f"{v.status.value.upper()} {v.variant}: {short(v.message, width) if width else v.message}"
 
 
 def md_escape(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown_matrix(verdicts: List[Dict[str, Any]]) -> str:
+def markdown_matrix(verdicts: List[Verdict]) -> str:
     rows = [[f"`{md_escape(r[0])}`", f"**{r[1]}**" if is_bad(r[1].lower()) else r[1], r[2],
              md_escape(r[3])] for r in _rows(verdicts)]
     return tabulate(rows, headers=["probe variant", "verdict", "s", "message"], tablefmt="github")
 
 
-def known_issue_lines(v: Dict[str, Any]) -> List[str]:
+def known_issue_lines(issues: Iterable[Mapping[str, Any]]) -> List[str]:
+    """A verdict's (or a matrix cell's) known issues: title, workaround, links."""
     lines = []
-    for issue in v.get("known_issues") or []:
+    for issue in issues:
         lines.append(f"- known issue: {issue.get('title', issue.get('id'))}")
         if issue.get("workaround"):
             lines.append(f"  workaround: {issue['workaround']}")
@@ -72,26 +69,25 @@ def known_issue_lines(v: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def markdown_report(report: Dict[str, Any]) -> str:
+def markdown_report(report: Report) -> str:
     """The run's Markdown matrix: summary line, failing variants with evidence, the table."""
-    run = report["run"]
-    fp = report.get("fingerprint") or {}
-    out = [f"# rocmcheck {run.get('command', 'run')}: {summary(fp)}", "",
-           f"{counts_line(report)}. Device `{run.get('device')}`, isolation {run.get('isolation')}, "
-           f"profile {run.get('profile')}, run `{run.get('id')}`.", ""]
-    out += [f"> {note}" for note in run.get("notes") or []]
-    bad = [v for v in report["verdicts"] if is_notable(v["status"])]
-    for v in bad:
-        out += ["", f"## {v['status'].upper()} `{v['variant']}`", "", short(v.get("message", ""), 400)]
-        out += known_issue_lines(v)
-        ev = v.get("evidence") or {}
+    run = report.run
+    out = [f"# rocmcheck {run.command}: {summary(report.fingerprint)}", "",
+           f"{counts_line(report)}. Device `{run.device}`, isolation {run.isolation}, "
+           f"profile {run.profile}, run `{run.id}`.", ""]
+    out += [f"> {note}" for note in run.notes]
+    for v in report.verdicts:
+        if not v.status.is_notable:
+            continue
+        out += ["", f"## {v.status.value.upper()} `{v.variant}`", "", short(v.message, 400)]
+        out += known_issue_lines(v.known_issues)
         for key in EVIDENCE_TAILS:
-            if ev.get(key):
-                out += ["", f"<details><summary>{key}</summary>", "", "```", ev[key].strip()[-3000:], "```",
+            if v.evidence.get(key):
+                out += ["", f"<details><summary>{key}</summary>", "", "```", v.evidence[key].strip()[-3000:], "```",
                         "", "</details>"]
-    if report.get("doctor"):
-        out += ["", "## Doctor", "", *(doctor_markdown(report["doctor"]) or [])]
-    out += ["", "## Matrix", "", markdown_matrix(report["verdicts"]), ""]
+    if report.sections.get("doctor"):
+        out += ["", "## Doctor", "", *(doctor_markdown(report.sections["doctor"]) or [])]
+    out += ["", "## Matrix", "", markdown_matrix(report.verdicts), ""]
     return "\n".join(out)
 
 

@@ -18,15 +18,13 @@ import re
 import secrets
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import UsageError
 from ..jsonsafe import jsonsafe
-
-SCHEMA = "rocmcheck-report"
-SCHEMA_VERSION = "1.0"
-SCHEMA_MAJOR = 1
+from ..records import SCHEMA, SCHEMA_MAJOR, Report
 
 
 def new_run_id() -> str:
@@ -37,12 +35,57 @@ def new_run_id() -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{host}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-def report_paths(out_dir: Path, run_id: str, json_path: Optional[Path] = None,
-                 md_path: Optional[Path] = None) -> Dict[str, Path]:
-    """Where a run's journal, JSON and Markdown go: `--json`/`--md` where given, else OUT_DIR."""
-    base = Path(out_dir) / f"rocmcheck-{run_id}"
-    return {"jsonl": base.with_suffix(".jsonl"), "json": json_path or base.with_suffix(".json"),
-            "md": md_path or base.with_suffix(".md")}
+def journal_path(out_dir: Path, run_id: str) -> Path:
+    return Path(out_dir) / f"rocmcheck-{run_id}.jsonl"
+
+
+@dataclass(frozen=True)
+class Output:
+    """One kind of output file of a run (`rocmcheck.outputs.formats.OUTPUTS` is the table): the
+    option that names its file, its renderer, the front-ends that offer it, and its file name
+    under the output folder (`{run_id}` filled in), or None where it is written only when named."""
+
+    name: str  # its key in the report's `unwritten`
+    flag: str  # the command's option (the plugin's is `--rocm-` and the rest)
+    render: Callable[[Report], str]
+    offered_by: Tuple[str, ...]  # commands (run, gate, report, doctor), "pytest", "gate()"
+    default_name: Optional[str]
+    help: str
+
+    def path(self, out_dir: Path, run_id: str, named: Mapping[str, Path]) -> Optional[Path]:
+        """Where it goes: the file its option named, else its default name under `out_dir`, else nowhere."""
+        if self.name in named:
+            return named[self.name]
+        return Path(out_dir) / self.default_name.format(run_id=run_id) if self.default_name else None
+
+
+def write_outputs(report: Report, outputs: Sequence[Output], out_dir: Path, named: Mapping[str, Path]) -> None:
+    """Write each output of `report` that has a path. A run's own file names never replace a file,
+    a path the user named is replaced. The one failure policy of every front-end: a file that
+    cannot be written is recorded in `report.run.unwritten` (`unwritten_line` says it), never
+    raised, so the verdict and the exit code never depend on it."""
+    for output in outputs:
+        path = output.path(out_dir, report.run.id, named)
+        if path is not None:
+            write_recorded(report.run.unwritten, output.name, path, lambda: output.render(report),
+                           replace=output.name in named)
+
+
+def write_recorded(unwritten: Dict[str, str], name: str, path: Path, text: Callable[[], str],
+                   replace: bool = True) -> bool:
+    """`write_atomic(path, text())`; an OSError (a read-only folder, a full disk) is recorded in
+    `unwritten` as "path: why" under `name` instead of raised. True when written."""
+    try:
+        write_atomic(path, text(), replace=replace)
+    except OSError as exc:
+        unwritten[name] = f"{path}: {exc.strerror or exc}"
+        return False
+    return True
+
+
+def write_problem(unwritten: Mapping[str, str]) -> str:
+    """The one line every front-end says about the files it could not write ("path: why" each)."""
+    return f"could not write {'; '.join(unwritten.values())}; the verdict stands without them"
 
 
 def dumps(data: Any) -> str:
@@ -127,11 +170,9 @@ def _publish_new(tmp: Path, path: Path) -> None:
         raise
 
 
-def report_json(report: Dict[str, Any]) -> str:
-    """Serialise a report with the schema fields first."""
-    ordered = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION}
-    ordered.update({k: v for k, v in report.items() if k not in ordered})
-    return json.dumps(jsonsafe(ordered), allow_nan=False, indent=2) + "\n"
+def report_json(report: Report) -> str:
+    """A report's JSON file (the schema fields first)."""
+    return json.dumps(jsonsafe(report.to_dict()), allow_nan=False, indent=2) + "\n"
 
 
 # --- loading ---------------------------------------------------------------------------
@@ -177,7 +218,7 @@ def read_text(path: Path) -> str:
         raise UsageError(f"{path}: not UTF-8 text") from None
 
 
-def journal_to_report(lines: List[str], what: str) -> Dict[str, Any]:
+def journal_to_report(lines: List[str], what: str) -> Report:
     """Rebuild a (partial) report from a journal; a truncated last line is dropped."""
     records = []
     for number, line in enumerate(lines):
@@ -201,56 +242,16 @@ def journal_to_report(lines: List[str], what: str) -> Dict[str, Any]:
             started = None
         elif kind == "end":
             end = rec
-    report = _conform({**{k: v for k, v in header.items() if k not in ("record", "t")}, "verdicts": verdicts})
-    run = report["run"]
+    run = dict(header["run"]) if isinstance(header.get("run"), dict) else {}
     if end is None:
-        run["partial"] = True
-        run["interrupted"] = started
+        run.update(partial=True, interrupted=started)
     elif isinstance(end.get("run"), dict):
         run.update(end["run"])
-    return report
+    body = {k: v for k, v in header.items() if k not in ("record", "t")}
+    return Report.from_dict({**body, "run": run, "verdicts": verdicts})
 
 
-# Parts every consumer reads as mappings; a foreign value there would be a traceback later.
-_MAPPINGS = {"run": (), "tool": (), "fingerprint": ("host", "device", "device_facts")}
-
-
-# The types every reader (matrix, diff, report, doctor, the plugin's baseline) relies on.
-VERDICT_TYPES = {"params": dict, "message": str, "duration_s": (int, float), "measurements": dict,
-                 "evidence": dict, "known_issues": list, "env": dict}
-EVIDENCE_TYPES = {**{key: str for key in ("stack", "traceback", "output_tail", "signal", "exit")},
-                  "signatures": list, "faults_injected": list}
-ISSUE_TYPES = {"links": list, "title": str, "workaround": str}
-
-
-def _typed(mapping: Dict[str, Any], types: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: v for k, v in mapping.items() if k not in types or isinstance(v, types[k])}
-
-
-def _conform_verdict(verdict: Any) -> Any:
-    """Drop the fields of a verdict whose type is foreign; a record that is not a mapping is
-    left for the reader to reject or skip (diff rejects it, report leaves it out)."""
-    if not isinstance(verdict, dict):
-        return verdict
-    verdict = _typed(verdict, VERDICT_TYPES)
-    verdict["evidence"] = _typed(verdict.get("evidence", {}), EVIDENCE_TYPES)
-    verdict["known_issues"] = [_typed(i, ISSUE_TYPES) for i in verdict.get("known_issues", []) if isinstance(i, dict)]
-    return verdict
-
-
-def _conform(report: Dict[str, Any]) -> Dict[str, Any]:
-    """Replace a non-mapping where a mapping belongs (in a foreign or damaged report) with {},
-    and drop verdict fields of a foreign type, so that readers can render without checks."""
-    for key, inner in _MAPPINGS.items():
-        part = report[key] = dict(report[key]) if isinstance(report.get(key), dict) else {}
-        for name in inner:
-            if not isinstance(part.get(name, {}), dict):
-                part[name] = {}
-    report["verdicts"] = [_conform_verdict(v) for v in report["verdicts"]]
-    return report
-
-
-def load_report(path: Path) -> Dict[str, Any]:
+def load_report(path: Path) -> Report:
     """Load a report (.json) or a journal (.jsonl); one-line UsageError on anything else."""
     path = Path(path)
     what = str(path)
@@ -261,5 +262,5 @@ def load_report(path: Path) -> Dict[str, Any]:
     check_schema(data, what)
     if not isinstance(data.get("verdicts"), list):
         raise UsageError(f"{what}: report has no verdict list")
-    return _conform(data)
+    return Report.from_dict(data)
 

@@ -1,0 +1,142 @@
+"""The run report as a typed record: `Report` and its `RunInfo`, to and from the JSON on disk.
+
+Every front-end gets a `Report` from the runner or the loader, and every output format takes
+one, so no reader reaches into nested dicts or guards `report["run"]` with `or {}`. The JSON
+is schema-versioned (`SCHEMA`, `SCHEMA_VERSION`): a new minor version may add fields, so
+`from_dict` reads what it knows, gives a field an older file lacks its default, keeps fields
+it does not know (`extra`, `sections`) to write them back, and replaces a value of a foreign
+type with the default rather than fail later in a renderer. A new run's `to_dict` is the
+report the runner always wrote, key for key and in the same order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, List, Mapping, Optional
+
+from .model import STATUS_VALUES, Verdict, count_statuses
+
+SCHEMA = "rocmcheck-report"
+SCHEMA_VERSION = "1.0"
+SCHEMA_MAJOR = 1
+
+# The types every reader (matrix, diff, report, doctor, the plugin's baseline) relies on.
+VERDICT_TYPES = {"probe": str, "params": dict, "message": str, "duration_s": (int, float), "measurements": dict,
+                 "evidence": dict, "known_issues": list, "env": dict, "device": dict}
+EVIDENCE_TYPES = {**{key: str for key in ("stack", "traceback", "output_tail", "signal", "exit")},
+                  "signatures": list, "faults_injected": list}
+ISSUE_TYPES = {"links": list, "title": str, "workaround": str}
+RUN_TYPES = {"id": str, "command": str, "argv": list, "started": (int, float), "device": str, "profile": str,
+             "isolation": str, "isolation_requested": str, "inject": str, "env": dict, "notes": list,
+             "finished": (int, float), "partial": bool, "interrupted": str, "counts": dict, "unwritten": dict}
+FINGERPRINT_MAPPINGS = ("host", "device", "device_facts")
+
+
+def _typed(mapping: Mapping[str, Any], types: Mapping[str, Any]) -> Dict[str, Any]:
+    """`mapping` less the fields whose value is not of the type readers rely on."""
+    return {k: v for k, v in mapping.items() if k not in types or isinstance(v, types[k])}
+
+
+def _mapping(value: Any) -> Dict[str, Any]:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def verdict_from(record: Any) -> Optional[Verdict]:
+    """A verdict read from a report, its fields of a foreign type dropped; None for a record that
+    is not a verdict (no variant, or a status that is not one)."""
+    if not isinstance(record, dict) or not isinstance(record.get("variant"), str) \
+            or record.get("status") not in STATUS_VALUES:
+        return None
+    data = _typed(record, VERDICT_TYPES)
+    data["evidence"] = _typed(data.get("evidence", {}), EVIDENCE_TYPES)
+    data["known_issues"] = [_typed(i, ISSUE_TYPES) for i in data.get("known_issues", []) if isinstance(i, dict)]
+    data.setdefault("probe", "")  # reports from before probe ids were recorded: readers derive it from the variant
+    return Verdict.from_dict(data)
+
+
+@dataclass
+class RunInfo:
+    """The report's `run`: what ran, how, and how it ended. The fields up to `notes` are known when
+    the run starts (the journal's header carries them); the rest when it ends."""
+
+    id: str = ""
+    command: str = "run"
+    argv: List[str] = field(default_factory=list)
+    started: Optional[float] = None
+    device: str = "cpu"
+    profile: str = "full"
+    isolation: str = ""
+    isolation_requested: str = ""
+    inject: str = ""
+    env: Dict[str, str] = field(default_factory=dict)
+    notes: List[str] = field(default_factory=list)
+    finished: Optional[float] = None
+    partial: bool = False
+    interrupted: Optional[str] = None  # what ran when the run was interrupted
+    counts: Dict[str, int] = field(default_factory=dict)
+    # output kind (jsonl, json, md, ...) -> "path: why" it could not be written; not in the files themselves
+    unwritten: Dict[str, str] = field(default_factory=dict)
+    extra: Dict[str, Any] = field(default_factory=dict)  # fields this version does not know, written back
+
+    HEADER_FIELDS = ("id", "command", "argv", "started", "device", "profile", "isolation", "isolation_requested",
+                     "inject", "env", "notes")
+
+    def header(self) -> Dict[str, Any]:
+        """What the journal's header says of the run: the fields known at its start."""
+        return {name: getattr(self, name) for name in self.HEADER_FIELDS}
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("unwritten", "extra")}
+        return {**data, **({"unwritten": dict(self.unwritten)} if self.unwritten else {}), **self.extra}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "RunInfo":
+        data = _typed(_mapping(data), RUN_TYPES)
+        known = {f.name for f in fields(cls)} - {"extra"}
+        return cls(**{k: v for k, v in data.items() if k in known},
+                   extra={k: v for k, v in data.items() if k not in known})
+
+
+@dataclass
+class Report:
+    """One run's report: the tool, the run, the machine's fingerprint, the verdicts, and the
+    sections beside them (doctor's results, a bug report's `bug_report`, anything newer)."""
+
+    run: RunInfo = field(default_factory=RunInfo)
+    verdicts: List[Verdict] = field(default_factory=list)
+    fingerprint: Dict[str, Any] = field(default_factory=dict)
+    tool: Dict[str, Any] = field(default_factory=dict)
+    sections: Dict[str, Any] = field(default_factory=dict)
+    schema_version: str = SCHEMA_VERSION
+    malformed: List[int] = field(default_factory=list)  # indices of loaded records that were not verdicts
+
+    @property
+    def device(self) -> Dict[str, Any]:
+        """The fingerprint's device under test: name, backend, count, arch, under_test."""
+        return self.fingerprint.get("device") or {}
+
+    def counts(self) -> Dict[str, int]:
+        """Status -> how many of the verdicts, worst first."""
+        return count_statuses(v.status.value for v in self.verdicts)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"schema": SCHEMA, "schema_version": self.schema_version, "tool": self.tool,
+                "run": self.run.to_dict(), "fingerprint": self.fingerprint,
+                "verdicts": [v.to_dict() for v in self.verdicts], **self.sections}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Report":
+        """A report from its JSON (the schema already checked by the loader): a record that is
+        not a verdict is left out and its index kept in `malformed`, for the reader to reject
+        (diff, matrix) or count (the bug report)."""
+        fingerprint = _mapping(data.get("fingerprint"))
+        for name in FINGERPRINT_MAPPINGS:
+            if name in fingerprint and not isinstance(fingerprint[name], dict):
+                fingerprint[name] = {}
+        records = data.get("verdicts") if isinstance(data.get("verdicts"), list) else []
+        verdicts = [verdict_from(r) for r in records]
+        top = ("schema", "schema_version", "tool", "run", "fingerprint", "verdicts")
+        return cls(run=RunInfo.from_dict(data.get("run")), verdicts=[v for v in verdicts if v is not None],
+                   fingerprint=fingerprint, tool=_mapping(data.get("tool")),
+                   sections={k: v for k, v in data.items() if k not in top},
+                   schema_version=str(data.get("schema_version", SCHEMA_VERSION)),
+                   malformed=[i for i, v in enumerate(verdicts) if v is None])
