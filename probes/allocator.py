@@ -175,7 +175,7 @@ def unbounded_growth(slack_mib, period=PERIOD, warmup_periods=2, rising=4, min_g
 def run_cycles(ctx, cycles, unit_bytes, canary_bytes, where):
     """Allocate, fill and free step-sized buffers around a live canary; check it bitwise every cycle.
 
-    Returns reserved-minus-allocated (MiB) after each cycle. Raises ProbeFailure on canary
+    Returns reserved-minus-allocated (MiB) after each cycle. Fails the probe (`ctx.fail`) on canary
     damage or on running out of memory (with the slack history measured either way), its
     message naming the allocator setting `where` ("under VARIABLE='VALUE'").
     """
@@ -195,13 +195,13 @@ def run_cycles(ctx, cycles, unit_bytes, canary_bytes, where):
             del step
         except torchapi.out_of_memory_error() as exc:
             ctx.measure(slack_mib=slack)
-            raise rocmcheck.ProbeFailure(f"out of memory at cycle {cycle} {where} with reserved-minus-allocated at "
-                                         f"{slack[-1] if slack else 0:.0f} MiB: {str(exc).splitlines()[0]}") from None
+            ctx.fail(f"out of memory at cycle {cycle} {where} with reserved-minus-allocated at "
+                     f"{slack[-1] if slack else 0:.0f} MiB: {str(exc).splitlines()[0]}")
         slack.append(round((torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)) / MiB, 1))
         damage = canary_damage(canary.to("cpu", copy=True).numpy(), expected)
         if damage:
             ctx.measure(slack_mib=slack)
-            raise rocmcheck.ProbeFailure(f"canary corrupted at cycle {cycle} {where}: {damage}")
+            ctx.fail(f"canary corrupted at cycle {cycle} {where}: {damage}")
     return slack
 
 
@@ -211,7 +211,8 @@ def big_copy(ctx):
     host = torch.full((BIG_COPY_BYTES,), 0x5A, dtype=torch.uint8)
     sample = host.to(ctx.device)[:: 1 << 20].to("cpu")
     ctx.synchronize()
-    assert bool((sample == 0x5A).all()), "the 2 GiB copy read back wrong bytes"
+    if not (sample == 0x5A).all():
+        ctx.fail("the 2 GiB copy read back wrong bytes")
 
 
 @rocmcheck.probe(
@@ -262,6 +263,6 @@ def allocator(ctx, setting):
         ctx.warn(problem)
     growth = unbounded_growth(slack)
     if growth:
-        raise rocmcheck.ProbeFailure(f"{growth}, {where}")
+        ctx.fail(f"{growth}, {where}")
     if ctx.full and requested.get("expandable_segments", "").lower() == "true" and total > 4 * BIG_COPY_BYTES:
         big_copy(ctx)

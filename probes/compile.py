@@ -76,5 +76,5 @@ def compile_smoke(ctx: rocmcheck.ProbeContext) -> None:
     ctx.measure(backend=BACKEND, rel_err=errors, tol=TOL)
     wrong = [f"{name} relative error {err:.3g}" for name, err in errors.items() if not err <= TOL]
     if wrong:
-        raise rocmcheck.ProbeFailure(f"torch.compile ({BACKEND}) differs from eager beyond {TOL:g}: "
-                                     + "; ".join(wrong[:3]))
+        ctx.fail(f"torch.compile ({BACKEND}) differs from eager beyond {TOL:g}: "
+                 + "; ".join(wrong[:3]))

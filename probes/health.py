@@ -46,7 +46,7 @@ def node_health(ctx):
     ctx.measure(**finding.measurements)
     if finding.status == "fail":
         ctx.measure(action=finding.action)
-        raise rocmcheck.ProbeFailure(finding.message)
+        ctx.fail(finding.message)
     if finding.status == "skip":
         ctx.skip(finding.message)
     if finding.status == "warn":

@@ -63,8 +63,10 @@ def _one_api_breaches(path: Path) -> list:
             elif isinstance(node, ast.Raise) and node.exc is not None and any(
                     call in ast.unparse(node.exc) for call in ("Skip(", "torchapi.missing(")):
                 found.append(f"{where}: Skip raised (ctx.skip ends a probe as skip)")
-            elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith("ProbeFailure") and node.keywords:
-                found.append(f"{where}: measurements on the exception (ctx.measure records them)")
+            elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith("ProbeFailure"):
+                found.append(f"{where}: ProbeFailure raised (ctx.fail ends a probe as fail)")
+            elif isinstance(node, ast.Assert):
+                found.append(f"{where}: assert (ctx.fail: -O strips an assert, `except Exception` catches it)")
             elif isinstance(node, ast.Attribute) and ast.unparse(node) == "ctx.measurements":
                 found.append(f"{where}: ctx.measurements used (ctx.measure records them)")
             elif isinstance(node, ast.Return) and probe and node.value is not None:
@@ -94,10 +96,11 @@ def old_ways(ctx):
     if torch.cuda.device_count() == 0:
         raise rocmcheck.Skip("no GPU")
     if ctx.full:
-        raise rocmcheck.ProbeFailure("wrong", gbps=1.0)
+        raise rocmcheck.ProbeFailure("wrong")
+    assert ctx.on_gpu, "no GPU"
     return {"gbps": 2.0}
 ''')
     found = _one_api_breaches(probe)
-    kinds = ("imports torch", "print", "ctx.measurements used", "Skip raised", "measurements on the exception",
+    kinds = ("imports torch", "print", "ctx.measurements used", "Skip raised", "ProbeFailure raised", "assert",
              "returns a value")
     assert len(found) == len(kinds) and all(any(kind in f for f in found) for kind in kinds), found

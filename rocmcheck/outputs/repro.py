@@ -135,15 +135,13 @@ def reproduce(config, sources):
         else:
             torch.cuda.init()
             torch.cuda.set_device(torch.device(device))
-        returned = rocmcheck.PROBES[config["probe"]](ctx, **ctx.params)
+        rocmcheck.PROBES[config["probe"]](ctx, **ctx.params)
         ctx.synchronize()
-        ctx.measurements.update(returned if isinstance(returned, dict) else {})
         status, message = ("WARN", "; ".join(ctx.warnings)) if ctx.warnings else ("PASS", "ok")
     except rocmcheck.Skip as exc:
         status, message = "SKIP", str(exc)
-    except AssertionError as exc:
+    except (rocmcheck.ProbeFailure, AssertionError) as exc:
         traceback.print_exc()
-        ctx.measurements.update(getattr(exc, "measurements", {}))
         status, message = "FAIL", str(exc) or type(exc).__name__
     except Exception as exc:
         traceback.print_exc()
