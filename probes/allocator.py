@@ -224,7 +224,7 @@ def big_copy(ctx):
     gate=lambda params: params["setting"] == "default",
     requires={"gpu": True},
     variants={"setting": list(SETTINGS)},
-    fresh_interpreter=True,
+    runs_in="fresh-interpreter",  # its default variant too (no variables): the allocator a fresh `import torch` sets up
     env=variant_env,
 )
 def allocator(ctx, setting):

@@ -51,7 +51,7 @@ def forward_backward(call: Any, model: Any, x: Any) -> Dict[str, Any]:
     links=LINKS,
     timeout=120,
     preload=("torch._dynamo",),
-    own_child=True,  # inductor keeps a pool of compile workers and graph caches: nothing a worker can put back
+    runs_in="own-child",  # inductor keeps a pool of compile workers and graph caches: nothing a worker can put back
 )
 def compile_smoke(ctx: rocmcheck.ProbeContext) -> None:
     torchapi.cuda_only(ctx.device, "torch.compile's inductor backend (it needs a registered device interface)")

@@ -12,6 +12,7 @@ import pytest
 from rocmcheck.context import ProbeContext
 from rocmcheck.errors import Skip
 from rocmcheck.lazy import LazyModule
+from rocmcheck.model import RunsIn
 
 ROOT = Path(__file__).resolve().parent.parent
 # multigpu's rank program runs in torchrun's processes, where there is no ProbeContext: a rank prints its
@@ -55,7 +56,8 @@ def _one_api_breaches(path: Path) -> list:
     for func in functions:
         if (path.name, func.name) in RANK_PROGRAM:
             continue
-        probe = any(isinstance(d, ast.Call) and ast.unparse(d.func) == "rocmcheck.probe" for d in func.decorator_list)
+        probe = any(ast.unparse(d.func if isinstance(d, ast.Call) else d) == "rocmcheck.probe"
+                    for d in func.decorator_list)
         for node in ast.walk(func):
             where = f"{path.name}:{getattr(node, 'lineno', func.lineno)} {func.name}"
             if isinstance(node, ast.Call) and ast.unparse(node.func) == "print":
@@ -104,3 +106,52 @@ def old_ways(ctx):
     kinds = ("imports torch", "print", "ctx.measurements used", "Skip raised", "ProbeFailure raised", "assert",
              "returns a value")
     assert len(found) == len(kinds) and all(any(kind in f for f in found) for kind in kinds), found
+
+
+def test_a_bare_probe_takes_its_id_from_its_name_and_its_title_from_its_docstring():
+    import rocmcheck
+    from rocmcheck import registry
+
+    @rocmcheck.probe
+    def tiny_copy_check(ctx):
+        """Copies come back whole.
+
+        More words that are not the title."""
+
+    spec = registry.get("tiny-copy-check")
+    assert spec is not None and spec.title == "Copies come back whole." and spec.func is tiny_copy_check
+    assert spec.runs_in is RunsIn.WORKER and spec.variants == ({},)
+
+
+def test_arguments_still_name_variants_and_where_they_run():
+    import rocmcheck
+    from rocmcheck import registry
+
+    @rocmcheck.probe(variants={"n": [1, 2]}, runs_in="own-child")
+    def sized_check(ctx, n):
+        """Sized."""
+
+    spec = registry.get("sized-check")
+    assert spec.runs_in is RunsIn.OWN_CHILD and [v.id for v in spec.expand()] == ["sized-check[1]", "sized-check[2]"]
+
+
+@pytest.mark.parametrize("declared, said", [
+    ("own_child=True", "cannot load probe module '{path}': TypeError: @rocmcheck.probe(own_child=...) is gone: "
+                       "write runs_in='own-child'"),
+    ("host_only=True", "TypeError: @rocmcheck.probe(host_only=...) is gone: write runs_in='parent'"),
+    ("fresh_interpreter=True", "is gone: write runs_in='fresh-interpreter'"),
+    ("runs_in='child'", "ValueError: runs_in='child': write one of 'worker', 'own-child', 'fresh-interpreter', "
+                        "'parent'"),
+    ("runs_in='parent', env=lambda p: {'A': '1'}", "runs_in='parent' has no child"),
+    ("title=None", "ValueError: probe 'untitled' needs a title: a docstring or title="),
+])
+def test_a_probe_declared_the_old_way_or_wrongly_is_one_line_naming_the_fix(tmp_path, declared, said):
+    from rocmcheck import registry
+    from rocmcheck.errors import UsageError
+
+    path = tmp_path / "old_probe.py"
+    path.write_text(f"import rocmcheck\n\n\n@rocmcheck.probe({declared})\ndef untitled(ctx):\n    pass\n")
+    with pytest.raises(UsageError) as raised:
+        registry.load_module(path)
+    message = str(raised.value)
+    assert said.format(path=path) in message and "\n" not in message, message

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .. import __version__
-from ..model import ProbeSpec, variant_id
+from ..model import ProbeSpec, RunsIn, variant_id
 from ..redact import REDACTED, Redactor, gpu_env_name
 from ..registry import module_file
 
@@ -318,7 +318,7 @@ def _docstring(verdict: Mapping[str, Any], report: Mapping[str, Any], machine: s
 
 def build(spec: ProbeSpec, verdict: Mapping[str, Any], report: Mapping[str, Any], machine: str) -> Reproducer:
     """The reproducer for one (failing) verdict of `spec`'s probe; ReproError when impossible."""
-    if spec.host_only:  # a torch script would only initialise the GPU and read the same files again
+    if spec.runs_in is RunsIn.PARENT:  # a torch script would only initialise the GPU and read the same files again
         raise ReproError(f"probe '{spec.id}' reads the driver's files, not torch: `rocmcheck env` on the machine "
                          "shows what it read")
     path = Path(module_file(spec) or "")

@@ -55,7 +55,8 @@ def fake_w_leak_check(ctx):
         ctx.fail(f"state left by an earlier task in this process: {_LEAKED}")
 
 
-@rocmcheck.probe("fake-w-own", title="needs a child of its own", targets="process state", timeout=30, own_child=True)
+@rocmcheck.probe("fake-w-own", title="needs a child of its own", targets="process state", timeout=30,
+                 runs_in="own-child")
 def fake_w_own(ctx):
     ctx.measure(pid=os.getpid())
 
