@@ -19,9 +19,12 @@ options do not apply. The backend is asked first; the canary and growth checks s
 the snapshot-based ones are skipped and the verdict says so.
 """
 import os
+import warnings
+from typing import Any, Optional
 
 import rocmcheck
 from rocmcheck import torchapi
+from rocmcheck.faults import patch
 from rocmcheck.lazy import np, torch
 
 MiB = 1 << 20
@@ -228,8 +231,6 @@ def big_copy(ctx):
     env=variant_env,
 )
 def allocator(ctx, setting):
-    import warnings
-
     torchapi.cuda_only(ctx.device, "the caching allocator's backend, settings and snapshot")
     backend = torch.cuda.get_allocator_backend()
     ctx.measure(allocator_backend=backend)
@@ -266,3 +267,41 @@ def allocator(ctx, setting):
         ctx.fail(f"{growth}, {where}")
     if ctx.full and requested.get("expandable_segments", "").lower() == "true" and total > 4 * BIG_COPY_BYTES:
         big_copy(ctx)
+
+
+# --- the faults this probe proves itself against (`--inject reserved-growth`, `expandable-ignored`) -----------
+
+GROWTH_PER_CALL = 138 << 20  # pytorch #123548: ~138 MiB more reserved every cycle
+
+
+@rocmcheck.fault("reserved-growth", "reserved memory grows ~138 MiB per cycle while allocated stays flat "
+                                   "(pytorch #123548)")
+def _reserved_growth(arg: Optional[str]) -> None:
+    calls = [0]
+
+    def make(orig: Any) -> Any:
+        def memory_reserved(*args: Any, **kwargs: Any) -> int:
+            calls[0] += 1
+            return orig(*args, **kwargs) + calls[0] * GROWTH_PER_CALL
+        return memory_reserved
+
+    patch(torch.cuda, "memory_reserved", make)
+
+
+def ignore_expandable(snapshot: dict) -> dict:
+    """What a build without expandable-segment support reports in a memory snapshot."""
+    settings = dict(snapshot.get("allocator_settings") or {}, expandable_segments=False)
+    segments = [dict(s, is_expandable=False) for s in snapshot.get("segments") or []]
+    return dict(snapshot, allocator_settings=settings, segments=segments)
+
+
+@rocmcheck.fault("expandable-ignored", "expandable_segments is accepted and silently ignored, with PyTorch's "
+                                      "warning (pytorch #134208; ROCm wheels before 2.12)")
+def _expandable_ignored(arg: Optional[str]) -> None:
+    def make(orig: Any) -> Any:
+        def _snapshot(*args: Any, **kwargs: Any) -> dict:
+            warnings.warn(EXPANDABLE_WARNING, UserWarning)
+            return ignore_expandable(orig(*args, **kwargs))
+        return _snapshot
+
+    patch(torch.cuda.memory, "_snapshot", make)
