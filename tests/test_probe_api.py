@@ -155,3 +155,103 @@ def test_a_probe_declared_the_old_way_or_wrongly_is_one_line_naming_the_fix(tmp_
         registry.load_module(path)
     message = str(raised.value)
     assert said.format(path=path) in message and "\n" not in message, message
+
+
+def _readme_blocks() -> list:
+    """The python blocks of the README's "Writing your own probes" section: the probe, then its test."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Writing your own probes", 1)[1].split("\n## ", 1)[0]
+    return [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
+
+
+def test_the_readmes_probe_is_short_and_its_test_passes(tmp_path, monkeypatch):
+    """The README's example, exactly: a probe in under 20 lines, proven by run_inline (pass, and fail
+    under the fault it must catch)."""
+    probe, test = _readme_blocks()
+    assert len(probe.strip().splitlines()) < 20
+    (tmp_path / "copy_back.py").write_text(probe)
+    monkeypatch.setenv("ROCMCHECK_PROBES_PATH", str(tmp_path))
+    scope: dict = {}
+    exec(compile(test, "README.md", "exec"), scope)
+    scope["test_copy_back_passes_and_catches_zeros"]()
+
+
+SWALLOWING = '''
+import rocmcheck
+
+
+@rocmcheck.probe(variants={"how": ["skip", "fail"]})
+def swallowing(ctx, how):
+    """Swallows what it can."""
+    try:
+        ctx.skip("not here") if how == "skip" else ctx.fail("wrong")
+    except Exception:
+        pass
+
+
+@rocmcheck.probe(runs_in="parent")
+def swallowing_host(ctx):
+    """Reads host files, and swallows what it can."""
+    try:
+        ctx.skip("no such file")
+    except Exception:
+        pass
+'''
+
+
+def test_a_probe_cannot_swallow_its_own_skip_or_fail(tmp_path, monkeypatch, rocm_run):
+    """In-process, in a worker child and in the parent (whose probe call lets Ctrl-C through)."""
+    from rocmcheck.testing import Status, run_inline
+
+    (tmp_path / "swallowing.py").write_text(SWALLOWING)
+    monkeypatch.setenv("ROCMCHECK_PROBES_PATH", str(tmp_path))
+    skipped, failed = run_inline("swallowing", how="skip"), run_inline("swallowing", how="fail")
+    assert (skipped.status, skipped.message, failed.status, failed.message) == (Status.SKIP, "not here",
+                                                                                Status.FAIL, "wrong")
+    verdicts = {v["variant"]: (v["status"], v["message"]) for v in rocm_run(probe="swallowing*")}
+    assert verdicts == {"swallowing[skip]": ("skip", "not here"), "swallowing[fail]": ("fail", "wrong"),
+                        "swallowing-host": ("skip", "no such file")}
+
+
+def test_run_inline_puts_back_the_faults_it_installed_and_refuses_those_that_end_the_process():
+    import torch
+
+    from rocmcheck.errors import UsageError
+    from rocmcheck.testing import Status, run_inline
+
+    to = torch.Tensor.to
+    result = run_inline("device-smoke", inject="copy-zeros")
+    assert result.status is Status.FAIL and result.faults_installed == ("copy-zeros",)
+    assert "Traceback" in result.traceback
+    assert torch.Tensor.to is to and "to" not in vars(torch.Tensor)
+    assert run_inline("device-smoke").status is Status.PASS
+    with pytest.raises(UsageError, match="fault 'segv' crashes, hangs or ends the process"):
+        run_inline("device-smoke", inject="segv")
+    with pytest.raises(UsageError, match="unknown probe 'no-such-probe'"):
+        run_inline("no-such-probe")
+    assert run_inline("multigpu-peer-copy").status is Status.SKIP  # its `requires`, as the runner checks them
+
+
+def test_run_inline_costs_milliseconds():
+    """What an author's test pays per probe once torch is imported (medians, printed for the record)."""
+    import time
+
+    from rocmcheck import registry
+    from rocmcheck.testing import Status, run_inline
+
+    @registry.probe
+    def inline_trivial(ctx):
+        """Does nothing."""
+
+    def median(probe_id: str) -> float:
+        run_inline(probe_id)  # imports what the probe needs
+        times = []
+        for _ in range(15):
+            began = time.perf_counter()
+            assert run_inline(probe_id).status is Status.PASS
+            times.append(time.perf_counter() - began)
+        return sorted(times)[len(times) // 2]
+
+    trivial, smoke = median("inline-trivial"), median("device-smoke")
+    print(f"run_inline median: trivial {trivial * 1e3:.2f} ms, device-smoke {smoke * 1e3:.2f} ms")
+    assert trivial < 0.1 and smoke < 1.0  # a child of its own costs 8 ms forked, 900 ms spawned (docs/isolation.md)

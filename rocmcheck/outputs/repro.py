@@ -34,14 +34,14 @@ __version__ = "%s (reproducer stand-in)"
 PROBES = {}
 
 
-def probe(id, **declared):
+def probe(id=None, **declared):
     def register(func):
-        PROBES[id] = func
+        PROBES[id if isinstance(id, str) else func.__name__.replace("_", "-")] = func
         return func
-    return register
+    return register(id) if callable(id) else register
 
 
-def fault(name, help="", args=""):
+def fault(name, help="", **declared):
     return lambda install: install
 ''' % __version__
 
