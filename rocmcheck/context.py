@@ -75,7 +75,7 @@ class ProbeContext:
     device_facts: Dict[str, Any] = field(default_factory=dict)
     expect_gpus: Optional[int] = None  # the GPU count a node must show (`--expect-gpus`)
     files: Optional[TaskFiles] = None  # the task's files, whose markers the watchdog reads (None outside a child)
-    baseline: Any = None  # what the probe's `baseline()` read before the run's first probe (host_only probes)
+    baseline: Any = None  # what the probe's `baseline()` read before the run's first probe (a parent-run probe)
     started: float = field(default_factory=time.time)  # wall clock when the task started: deadlines run from here
 
     @property
