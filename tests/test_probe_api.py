@@ -189,6 +189,15 @@ def swallowing(ctx, how):
         pass
 
 
+@rocmcheck.probe
+def declares_a_hang(ctx):
+    """Its ranks are stuck."""
+    try:
+        ctx.hang("rank 1 did not finish")
+    except Exception:
+        pass
+
+
 @rocmcheck.probe(runs_in="parent")
 def swallowing_host(ctx):
     """Reads host files, and swallows what it can."""
@@ -208,6 +217,8 @@ def test_a_probe_cannot_swallow_its_own_skip_or_fail(tmp_path, monkeypatch, rocm
     skipped, failed = run_inline("swallowing", how="skip"), run_inline("swallowing", how="fail")
     assert (skipped.status, skipped.message, failed.status, failed.message) == (Status.SKIP, "not here",
                                                                                 Status.FAIL, "wrong")
+    hung = run_inline("declares-a-hang")  # in a child, the watchdog ends it first (tests/test_reliability.py)
+    assert (hung.status, hung.message) == (Status.HANG, "rank 1 did not finish")
     verdicts = {v["variant"]: (v["status"], v["message"]) for v in rocm_run(probe="swallowing*")}
     assert verdicts == {"swallowing[skip]": ("skip", "not here"), "swallowing[fail]": ("fail", "wrong"),
                         "swallowing-host": ("skip", "no such file")}
