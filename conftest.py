@@ -25,8 +25,8 @@ FAKE_PROBES = Path(__file__).parent / "tests" / "fake_probes"
 def probes_in_tree(root: Path = Path(__file__).parent) -> int:
     """How many probes the library in `root`/probes declares (`@rocmcheck.probe(...)`), read from
     the source: what every install mode must load, counted without the registry under test."""
-    def declares(node: ast.AST) -> bool:
-        return isinstance(node, ast.Call) and ast.unparse(node.func) == "rocmcheck.probe"
+    def declares(node: ast.AST) -> bool:  # `@rocmcheck.probe(...)`, or bare
+        return ast.unparse(node.func if isinstance(node, ast.Call) else node) == "rocmcheck.probe"
 
     return sum(declares(d) for path in (root / "probes").glob("*.py")
                for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))

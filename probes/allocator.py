@@ -19,9 +19,12 @@ options do not apply. The backend is asked first; the canary and growth checks s
 the snapshot-based ones are skipped and the verdict says so.
 """
 import os
+import warnings
+from typing import Any, Optional
 
 import rocmcheck
 from rocmcheck import torchapi
+from rocmcheck.faults import patch
 from rocmcheck.lazy import np, torch
 
 MiB = 1 << 20
@@ -175,7 +178,7 @@ def unbounded_growth(slack_mib, period=PERIOD, warmup_periods=2, rising=4, min_g
 def run_cycles(ctx, cycles, unit_bytes, canary_bytes, where):
     """Allocate, fill and free step-sized buffers around a live canary; check it bitwise every cycle.
 
-    Returns reserved-minus-allocated (MiB) after each cycle. Raises ProbeFailure on canary
+    Returns reserved-minus-allocated (MiB) after each cycle. Fails the probe (`ctx.fail`) on canary
     damage or on running out of memory (with the slack history measured either way), its
     message naming the allocator setting `where` ("under VARIABLE='VALUE'").
     """
@@ -195,13 +198,13 @@ def run_cycles(ctx, cycles, unit_bytes, canary_bytes, where):
             del step
         except torchapi.out_of_memory_error() as exc:
             ctx.measure(slack_mib=slack)
-            raise rocmcheck.ProbeFailure(f"out of memory at cycle {cycle} {where} with reserved-minus-allocated at "
-                                         f"{slack[-1] if slack else 0:.0f} MiB: {str(exc).splitlines()[0]}") from None
+            ctx.fail(f"out of memory at cycle {cycle} {where} with reserved-minus-allocated at "
+                     f"{slack[-1] if slack else 0:.0f} MiB: {str(exc).splitlines()[0]}")
         slack.append(round((torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)) / MiB, 1))
         damage = canary_damage(canary.to("cpu", copy=True).numpy(), expected)
         if damage:
             ctx.measure(slack_mib=slack)
-            raise rocmcheck.ProbeFailure(f"canary corrupted at cycle {cycle} {where}: {damage}")
+            ctx.fail(f"canary corrupted at cycle {cycle} {where}: {damage}")
     return slack
 
 
@@ -211,7 +214,8 @@ def big_copy(ctx):
     host = torch.full((BIG_COPY_BYTES,), 0x5A, dtype=torch.uint8)
     sample = host.to(ctx.device)[:: 1 << 20].to("cpu")
     ctx.synchronize()
-    assert bool((sample == 0x5A).all()), "the 2 GiB copy read back wrong bytes"
+    if not (sample == 0x5A).all():
+        ctx.fail("the 2 GiB copy read back wrong bytes")
 
 
 @rocmcheck.probe(
@@ -223,12 +227,10 @@ def big_copy(ctx):
     gate=lambda params: params["setting"] == "default",
     requires={"gpu": True},
     variants={"setting": list(SETTINGS)},
-    fresh_interpreter=True,
+    runs_in="fresh-interpreter",  # its default variant too (no variables): the allocator a fresh `import torch` sets up
     env=variant_env,
 )
 def allocator(ctx, setting):
-    import warnings
-
     torchapi.cuda_only(ctx.device, "the caching allocator's backend, settings and snapshot")
     backend = torch.cuda.get_allocator_backend()
     ctx.measure(allocator_backend=backend)
@@ -262,6 +264,44 @@ def allocator(ctx, setting):
         ctx.warn(problem)
     growth = unbounded_growth(slack)
     if growth:
-        raise rocmcheck.ProbeFailure(f"{growth}, {where}")
+        ctx.fail(f"{growth}, {where}")
     if ctx.full and requested.get("expandable_segments", "").lower() == "true" and total > 4 * BIG_COPY_BYTES:
         big_copy(ctx)
+
+
+# --- the faults this probe proves itself against (`--inject reserved-growth`, `expandable-ignored`) -----------
+
+GROWTH_PER_CALL = 138 << 20  # pytorch #123548: ~138 MiB more reserved every cycle
+
+
+@rocmcheck.fault("reserved-growth", "reserved memory grows ~138 MiB per cycle while allocated stays flat "
+                                   "(pytorch #123548)")
+def _reserved_growth(arg: Optional[str]) -> None:
+    calls = [0]
+
+    def make(orig: Any) -> Any:
+        def memory_reserved(*args: Any, **kwargs: Any) -> int:
+            calls[0] += 1
+            return orig(*args, **kwargs) + calls[0] * GROWTH_PER_CALL
+        return memory_reserved
+
+    patch(torch.cuda, "memory_reserved", make)
+
+
+def ignore_expandable(snapshot: dict) -> dict:
+    """What a build without expandable-segment support reports in a memory snapshot."""
+    settings = dict(snapshot.get("allocator_settings") or {}, expandable_segments=False)
+    segments = [dict(s, is_expandable=False) for s in snapshot.get("segments") or []]
+    return dict(snapshot, allocator_settings=settings, segments=segments)
+
+
+@rocmcheck.fault("expandable-ignored", "expandable_segments is accepted and silently ignored, with PyTorch's "
+                                      "warning (pytorch #134208; ROCm wheels before 2.12)")
+def _expandable_ignored(arg: Optional[str]) -> None:
+    def make(orig: Any) -> Any:
+        def _snapshot(*args: Any, **kwargs: Any) -> dict:
+            warnings.warn(EXPANDABLE_WARNING, UserWarning)
+            return ignore_expandable(orig(*args, **kwargs))
+        return _snapshot
+
+    patch(torch.cuda.memory, "_snapshot", make)

@@ -263,15 +263,14 @@ def attention_sdpa(ctx, backend, dtype):
                 results[name] = sdpa_case(ctx, backend, dtype, label, **CASES[name])
         except Unsupported as exc:
             unsupported[name] = str(exc)
-        except rocmcheck.Skip:
-            raise
-        except Exception as exc:  # noqa: BLE001 - recorded per case, reported below
+        except Exception as exc:  # noqa: BLE001 - recorded per case, reported below (ctx.skip passes through)
             errors[name] = exc
     case_errors = {c: f"{type(e).__name__}: " + str(e).strip().split("\n")[0] for c, e in errors.items()}
     ctx.measure(cases={c: {q: round(e, 6) if e != float("inf") else "inf" for q, (e, _) in r.items()}
                        for c, r in results.items()}, unsupported=unsupported, case_errors=case_errors)
     problems = judge(results, TOLERANCE[dtype])
-    assert not problems, f"{backend} {dtype}: " + "; ".join(problems)
+    if problems:
+        ctx.fail(f"{backend} {dtype}: " + "; ".join(problems))
     if errors:
         first = next(iter(errors))
         raise RuntimeError(f"{backend} {dtype}: {', '.join(errors)} raised, {len(results)} other cases compared; "
@@ -412,5 +411,6 @@ def attention_model(ctx, backend):
     worst = max(results, key=lambda n: results[n])
     ctx.measure(dtype=dtype, worst_gradient=worst, worst_error=results[worst][0])
     problems = judge({"model": results}, (0, MODEL_TOLERANCE[dtype]))
-    assert not problems, f"{backend} {dtype} " + "; ".join(problems[:3]) + (
-        f" (+{len(problems) - 3} more)" if len(problems) > 3 else "")
+    if problems:
+        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+        ctx.fail(f"{backend} {dtype} " + "; ".join(problems[:3]) + more)

@@ -51,7 +51,7 @@ def forward_backward(call: Any, model: Any, x: Any) -> Dict[str, Any]:
     links=LINKS,
     timeout=120,
     preload=("torch._dynamo",),
-    own_child=True,  # inductor keeps a pool of compile workers and graph caches: nothing a worker can put back
+    runs_in="own-child",  # inductor keeps a pool of compile workers and graph caches: nothing a worker can put back
 )
 def compile_smoke(ctx: rocmcheck.ProbeContext) -> None:
     torchapi.cuda_only(ctx.device, "torch.compile's inductor backend (it needs a registered device interface)")
@@ -76,5 +76,5 @@ def compile_smoke(ctx: rocmcheck.ProbeContext) -> None:
     ctx.measure(backend=BACKEND, rel_err=errors, tol=TOL)
     wrong = [f"{name} relative error {err:.3g}" for name, err in errors.items() if not err <= TOL]
     if wrong:
-        raise rocmcheck.ProbeFailure(f"torch.compile ({BACKEND}) differs from eager beyond {TOL:g}: "
-                                     + "; ".join(wrong[:3]))
+        ctx.fail(f"torch.compile ({BACKEND}) differs from eager beyond {TOL:g}: "
+                 + "; ".join(wrong[:3]))

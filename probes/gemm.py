@@ -159,4 +159,4 @@ def gemm(ctx: rocmcheck.ProbeContext, dtype: str, blas: str) -> None:
     if name == "float32":
         ctx.measure(**tf32_report(ctx))
     if failures:
-        raise rocmcheck.ProbeFailure(f"{name} matmul wrong under BLAS {backend}: " + "; ".join(failures))
+        ctx.fail(f"{name} matmul wrong under BLAS {backend}: " + "; ".join(failures))

@@ -4,7 +4,7 @@ A node whose GPU computes right today but is failing must be drained before the 
 uncorrectable memory errors since boot, pages pending retirement, correctable errors or PCIe
 replays rising while the gate works, clocks held down at idle. The counters come from files and
 libraries (`rocmcheck.host.nodehealth`: amdgpu sysfs, NVML or nvidia-smi), so this probe runs in the
-parent (`host_only`): no child, no GPU runtime, a few milliseconds per GPU. The counters are read
+parent (`runs_in="parent"`): no child, no GPU runtime, a few milliseconds per GPU. The counters are read
 once before the run's first probe (`baseline`) and again at the end of each GPU's queue.
 """
 import rocmcheck
@@ -32,7 +32,7 @@ def device_address(ctx: rocmcheck.ProbeContext) -> str:
     timeout=30,
     gate=True,
     requires={"gpu": True},
-    host_only=True,
+    runs_in="parent",
     baseline=nodehealth.snapshot,
 )
 def node_health(ctx):
@@ -46,7 +46,7 @@ def node_health(ctx):
     ctx.measure(**finding.measurements)
     if finding.status == "fail":
         ctx.measure(action=finding.action)
-        raise rocmcheck.ProbeFailure(finding.message)
+        ctx.fail(finding.message)
     if finding.status == "skip":
         ctx.skip(finding.message)
     if finding.status == "warn":

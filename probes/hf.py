@@ -89,10 +89,11 @@ def train(model: Any, optimizer: Any, batches: Iterable[Any], backward: Any, aut
     return trace
 
 
-def on_device(model: Any, data: Any, device: str, placement: str, precision: str) -> Trace:
+def on_device(ctx: rocmcheck.ProbeContext, model: Any, data: Any, placement: str, precision: str) -> Trace:
     """Train through Accelerate's prepare() or with plain `.to(device)` placement."""
     from torch.utils.data import DataLoader, TensorDataset
 
+    device = ctx.device
     kind = torch.device(device).type
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR)
     loader = DataLoader(TensorDataset(torch.from_numpy(data)), batch_size=BATCH, shuffle=False)
@@ -106,7 +107,7 @@ def on_device(model: Any, data: Any, device: str, placement: str, precision: str
             accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no", cpu=kind == "cpu")
             model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
             if accelerator.device.type != kind:
-                raise rocmcheck.ProbeFailure(f"Accelerate placed the model on {accelerator.device}, not {device}")
+                ctx.fail(f"Accelerate placed the model on {accelerator.device}, not {device}")
             return train(model, optimizer, loader, accelerator.backward, contextlib.nullcontext)
     model.to(device)
     autocast = (lambda: torch.autocast(kind, dtype=torch.bfloat16)) if precision == "bf16" else contextlib.nullcontext
@@ -193,7 +194,7 @@ def hf_training(ctx: rocmcheck.ProbeContext, placement: str, precision: str, act
     model = build(checkpointing=activations == "checkpointed")
     adapters = [n for n, p in model.named_parameters() if p.requires_grad]
     before = {n: numeric.snapshot_bits(p) for n, p in model.named_parameters()}
-    trace = on_device(model, data, ctx.device, placement, precision)
+    trace = on_device(ctx, model, data, placement, precision)
     ref = reference(data)
     params = dict(model.named_parameters())
     changed = numeric.changed({n: before[n] for n in adapters}, ((n, params[n]) for n in adapters))
@@ -202,4 +203,4 @@ def hf_training(ctx: rocmcheck.ProbeContext, placement: str, precision: str, act
                 losses=[round(v, 5) for v in trace.losses], ref_losses=[round(v, 5) for v in ref.losses])
     found = problems(trace, ref, data, adapters, changed, frozen_changed, precision)
     if found:
-        raise rocmcheck.ProbeFailure(f"{placement} {precision} {activations}: " + "; ".join(found))
+        ctx.fail(f"{placement} {precision} {activations}: " + "; ".join(found))

@@ -35,7 +35,7 @@ def gpu_visible(ctx):
         ctx.skip(f"the host's GPUs are left out on purpose (--device cpu): {found.message}")
     if found:
         ctx.measure(action=found.action)
-        raise rocmcheck.ProbeFailure(found.message)
+        ctx.fail(found.message)
     if not host.vendors:
         ctx.measure(host="no GPU on this host: the CPU self-test is the right run")
         return

@@ -94,6 +94,6 @@ def library_imports(ctx: rocmcheck.ProbeContext, library: str) -> None:
         missing = torch_attribute_error(exc)
         if missing is None:
             raise
-        raise rocmcheck.ProbeFailure(f"import {library} failed: {missing} ({pair}): "
-                                     "the library needs a newer torch") from exc
+        ctx.fail(f"import {library} failed: {missing} ({pair}): "
+                 "the library needs a newer torch")
     ctx.measure(imported=pair)

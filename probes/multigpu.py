@@ -134,7 +134,8 @@ def multigpu_peer_copy(ctx, path):
                     if diff:
                         problems.append(f"{kind}:{src}->{kind}:{dst} {size >> 20} MiB: {diff}")
     ctx.measure(copies=copies, wrong=len(problems))
-    assert not problems, f"{path} peer copies wrong: " + "; ".join(problems[:4])
+    if problems:
+        ctx.fail(f"{path} peer copies wrong: " + "; ".join(problems[:4]))
 
 
 # --- DataParallel -----------------------------------------------------------------------------
@@ -188,7 +189,8 @@ def multigpu_dataparallel(ctx):
         gaps[name] = relative_gap(p.grad.double().cpu().numpy(), g.numpy())
     ctx.measure(gaps=gaps)
     bad = {k: v for k, v in gaps.items() if not v <= 1e-4}
-    assert not bad, "DataParallel differs from one device: " + ", ".join(f"{k} {v:.3g}" for k, v in bad.items())
+    if bad:
+        ctx.fail("DataParallel differs from one device: " + ", ".join(f"{k} {v:.3g}" for k, v in bad.items()))
 
 
 # --- the rank program (torch.distributed) -------------------------------------------------------
@@ -425,7 +427,8 @@ def run_distributed(ctx, backend):
     errors = [f"rank {r} {name}: {c['error']}" for r, rc in checks.items() for name, c in rc.items() if "error" in c]
     problems = [f"rank {r} {name}: {c['message']}" for r, rc in checks.items() for name, c in rc.items()
                 if not c["ok"] and "error" not in c]
-    assert not problems, "; ".join(problems + errors)
+    if problems:
+        ctx.fail("; ".join(problems + errors))
     if errors:
         raise RuntimeError("; ".join(errors) + " (the other checks passed)")
 

@@ -119,14 +119,14 @@ def check_cast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
     steps = (f"float32 -> {dtype}", f"{dtype} -> float32")
     for step, check in zip(steps, results["normal"]):
         if not check.ok:
-            raise rocmcheck.ProbeFailure(f"{step} cast wrong on normal values: {check.summary()} "
-                                         f"(input {float(x[~tiny][check.first_bad])!r})")
+            ctx.fail(f"{step} cast wrong on normal values: {check.summary()} "
+                     f"(input {float(x[~tiny][check.first_bad])!r})")
     for step, check in zip(steps, results["subnormal"]):
         if not check.ok and check.zeros == check.mismatches:
             ctx.warn(f"{step} flushes {check.zeros} subnormal values to zero (flush-to-zero mode)")
         elif not check.ok:
-            raise rocmcheck.ProbeFailure(f"{step} cast wrong on subnormal values: {check.summary()} "
-                                         f"(input {float(x[tiny][check.first_bad])!r})")
+            ctx.fail(f"{step} cast wrong on subnormal values: {check.summary()} "
+                     f"(input {float(x[tiny][check.first_bad])!r})")
 
 
 # --- ops -------------------------------------------------------------------------------------
@@ -159,7 +159,7 @@ def check_ops(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
         if not check.ok:
             failures.append(f"{op}: {check.summary()}")
     if failures:
-        raise rocmcheck.ProbeFailure(f"{dtype} " + "; ".join(failures))
+        ctx.fail(f"{dtype} " + "; ".join(failures))
 
 
 # --- autocast forward/backward of a conv+MLP -------------------------------------------------------
@@ -227,7 +227,7 @@ def check_autocast(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
             failures.append(f"{name}: relative error {err:.3g} (tolerance {tol:g}), {nans} NaN, "
                             f"{zero_frac:.0%} zeros (reference {want_zero:.0%})")
     if failures:
-        raise rocmcheck.ProbeFailure(f"autocast {dtype} forward/backward wrong: " + "; ".join(failures))
+        ctx.fail(f"autocast {dtype} forward/backward wrong: " + "; ".join(failures))
 
 
 # --- fp16 flush-to-zero in backward -------------------------------------------------------------
@@ -250,13 +250,13 @@ def check_ftz(ctx: rocmcheck.ProbeContext) -> None:
                 forward_zero_fraction=forward.zero_fraction, forward_max_err=forward.max_err)
     if not grad.ok:
         what = "flushes subnormals to zero (flush-to-zero)" if grad.zeros == grad.bad else "is wrong"
-        raise rocmcheck.ProbeFailure(f"float16 backward {what}: the weight gradient should be "
-                                     f"{m} * 2**-15 = {m * half_tiny:g} everywhere; {grad.summary()}")
+        ctx.fail(f"float16 backward {what}: the weight gradient should be "
+                 f"{m} * 2**-15 = {m * half_tiny:g} everywhere; {grad.summary()}")
     if not forward.ok and forward.bad == forward.zeros:
         ctx.warn(f"float16 forward flushes subnormal inputs to zero ({forward.zeros} of {forward.total} outputs zero; "
                  f"MI200 MFMA behaviour, which PyTorch compensates in backward only)")
     elif not forward.ok:
-        raise rocmcheck.ProbeFailure(f"float16 forward with subnormal inputs wrong: {forward.summary()}")
+        ctx.fail(f"float16 forward with subnormal inputs wrong: {forward.summary()}")
 
 
 CHECKS = {"cast": check_cast, "ops": check_ops, "autocast": check_autocast}

@@ -233,4 +233,4 @@ def training(ctx: rocmcheck.ProbeContext, mode: str) -> None:
         if changed:
             problems.append(f"{len(changed)} frozen base weights changed ({', '.join(changed[:3])})")
     if problems:
-        raise rocmcheck.ProbeFailure(f"{mode}: " + "; ".join(problems))
+        ctx.fail(f"{mode}: " + "; ".join(problems))

@@ -358,6 +358,6 @@ def transfer(ctx: rocmcheck.ProbeContext, method: str, context: str) -> None:
     if load:
         ctx.measure(training_load_params=load.params)
     if tally.bad:
-        raise rocmcheck.ProbeFailure(f"{method}: {len(tally.bad)} of {tally.copies} copies wrong"
-                                     f"{' in a training context' if load else ''}; first: {tally.bad[0]}")
+        ctx.fail(f"{method}: {len(tally.bad)} of {tally.copies} copies wrong"
+                 f"{' in a training context' if load else ''}; first: {tally.bad[0]}")
 

@@ -65,8 +65,10 @@ def workers_dataloader(ctx, num_workers):
             wrong = int((rows.numpy() != want[expect]).sum())
             problems.append(f"batch {index}: {wrong} values differ from the dataset")
     ctx.measure(batches=batches, pin_memory=pin, pinned_batches=pinned)
-    assert batches == ROWS // BATCH, f"{batches} batches instead of {ROWS // BATCH}"
-    assert not problems, "; ".join(problems[:4])
+    if batches != ROWS // BATCH:
+        ctx.fail(f"{batches} batches instead of {ROWS // BATCH}")
+    if problems:
+        ctx.fail("; ".join(problems[:4]))
     if pin and pinned < batches:
         ctx.warn(f"pin_memory=True but only {pinned} of {batches} batches arrived pinned")
 
@@ -93,11 +95,12 @@ def workers_ipc(ctx):
     child = mp.get_context("spawn").Process(target=exec, args=(IPC_CHILD, {"tensor": tensor}))
     child.start()
     child.join()
-    assert child.exitcode == 0, f"the spawned process exited with {child.exitcode}"
+    if child.exitcode != 0:
+        ctx.fail(f"the spawned process exited with {child.exitcode}")
     ctx.synchronize()
     got = tensor.to("cpu", copy=True).numpy()
     changed = int((got == start + 1).sum())
     ctx.measure(elements=IPC_ELEMENTS, changed=changed, shared_on=ctx.device)
-    assert changed == IPC_ELEMENTS, (
-        f"{IPC_ELEMENTS - changed} of {IPC_ELEMENTS} elements do not show the child's change "
-        f"({int((got == start).sum())} still hold the old value)")
+    if changed != IPC_ELEMENTS:
+        ctx.fail(f"{IPC_ELEMENTS - changed} of {IPC_ELEMENTS} elements do not show the child's change "
+                 f"({int((got == start).sum())} still hold the old value)")

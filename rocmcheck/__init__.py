@@ -5,14 +5,16 @@ Importing rocmcheck never imports torch. Public API:
     probe         decorator registering a probe function
     fault         decorator registering an injectable fault
     ProbeContext  what a probe receives
-    ProbeFailure  raise from a probe when the result is wrong
-    Skip          what ctx.skip raises when a probe does not apply (older probes raise it)
+    ProbeFailure  what ctx.fail raises when the result is wrong (a BaseException: catch it only to re-raise)
+    Skip          what ctx.skip raises when a probe does not apply (likewise)
     gate          run the gate from Python; raises GateFailed on NO-GO, TorchMissing
                   where torch cannot be imported
 
 The package, from the top down (a module imports only from its own layer or below; the contracts
 are in pyproject.toml, the picture in docs/architecture.md):
-    cli/, plugin, gate_api   the front-ends: the commands, `pytest --rocm-matrix`, `rocmcheck.gate()`
+    cli/, plugin, gate_api, testing
+                             the front-ends: the commands, `pytest --rocm-matrix`, `rocmcheck.gate()`,
+                             `rocmcheck.testing.run_inline` (one probe in-process, for its author's tests)
     doctor                   the workaround search the `doctor` command runs
     engine/                  one run: options, selection, devices, the runner, isolation, verdicts
     outputs/                 report files and every text made from a report (never imports the engine)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Mapping, NoReturn, Optional, Sequence, Type
 
 from . import torchapi
-from .errors import Hang, Skip
+from .errors import Hang, Outcome, ProbeFailure, Skip
 from .markers import TaskFiles
 
 TF32_OVERRIDE_ENV = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
@@ -75,7 +75,7 @@ class ProbeContext:
     device_facts: Dict[str, Any] = field(default_factory=dict)
     expect_gpus: Optional[int] = None  # the GPU count a node must show (`--expect-gpus`)
     files: Optional[TaskFiles] = None  # the task's files, whose markers the watchdog reads (None outside a child)
-    baseline: Any = None  # what the probe's `baseline()` read before the run's first probe (host_only probes)
+    baseline: Any = None  # what the probe's `baseline()` read before the run's first probe (a parent-run probe)
     started: float = field(default_factory=time.time)  # wall clock when the task started: deadlines run from here
 
     @property
@@ -100,6 +100,11 @@ class ProbeContext:
     def skip(self, reason: str) -> NoReturn:
         """End the probe as `skip` with `reason`."""
         raise Skip(reason)
+
+    def fail(self, message: str) -> NoReturn:
+        """End the probe as `fail`: its result is wrong (measurements recorded so far are kept).
+        Unlike `assert`, it survives `python -O`, and no `except Exception` in the probe catches it."""
+        raise ProbeFailure(message)
 
     def hang(self, message: str) -> NoReturn:
         """End the probe as `hang` with `message`: processes it started are stuck (a collective
@@ -185,17 +190,22 @@ class ProbeContext:
     def call(self, func: Callable[..., Any], catching: Type[BaseException] = BaseException,
              before: Callable[[], None] = lambda: None, in_child: bool = True) -> Optional[BaseException]:
         """Run probe function `func` with this context's params, after `before()` (faults that act
-        as the probe's own code would); what it returns (a dict) and a failed assertion's
-        measurements join `measurements`. Returns the exception that ended it (None: it
-        returned), for `verdicts.outcome`. One path for a child's probes and the parent's host
-        ones; only a child waits for the GPU's queued work (the parent never touches the runtime)."""
+        as the probe's own code would). Returns what ended it (None: it returned), for
+        `verdicts.outcome`: `ctx.skip`, `ctx.fail`, `ctx.hang` always, any other exception when it is a
+        `catching`. One path for a child's probes, the parent's host ones and
+        `rocmcheck.testing.run_inline`; only a child waits for the GPU's queued work (the parent
+        never touches the runtime). A probe reports through `ctx`: a returned value is an error,
+        so a measurement returned the old way is never silently lost."""
         try:
             before()
             returned = func(self, **self.params)
+            if returned is not None:
+                raise TypeError(f"the probe returned {type(returned).__name__}, not None: "
+                                "record measurements with ctx.measure(**values)")
             if in_child:
                 self.synchronize()
-            self.measurements.update(returned if isinstance(returned, dict) else {})
+        except Outcome as exc:
+            return exc
         except catching as exc:
-            self.measurements.update(getattr(exc, "measurements", {}) if isinstance(exc, AssertionError) else {})
             return exc
         return None

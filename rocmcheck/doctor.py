@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from .errors import UsageError
 from .knowledge import DATA, known_issues
-from .model import DeviceInfo, Status, Variant, Verdict
+from .model import DeviceInfo, RunsIn, Status, Variant, Verdict
 from .outputs.storage import parse_json, read_text
 from .records import Report
 
@@ -324,7 +324,8 @@ class Doctor:
     def _attempt(self, case: Case, variant: Variant, env: Dict[str, str], label: str,
                  tally: Tally) -> Optional[Verdict]:
         """One run within the budget; None (and `tally.stopped`) when the budget does not cover it."""
-        fresh = self.runner.isolation.fresh_interpreter({**variant.env(), **env}, variant.spec.fresh_interpreter)
+        fresh = self.runner.isolation.fresh_interpreter({**variant.env(), **env},
+                                                         variant.spec.runs_in is RunsIn.FRESH_INTERPRETER)
         left = self.deadline - time.monotonic()
         if left < case.longest + self.overhead[fresh]:
             tally.stopped = "budget"

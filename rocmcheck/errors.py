@@ -4,10 +4,15 @@
     ├── UsageError        bad input from the user: one-line message, exit code 2
     ├── TorchMissing      torch cannot be imported: nothing can be assessed, exit code 2
     └── GateFailed        rocmcheck.gate() found NO-GO
-    ProbeFailure (AssertionError)  a probe's result was wrong -> verdict `fail`
-    Skip (Exception)               a probe does not apply here -> verdict `skip`
-    Hang (Exception)               processes a probe started are stuck -> verdict `hang`
+    Outcome (BaseException)        how a probe ends other than by returning or by its own error
+    ├── ProbeFailure               `ctx.fail`: the probe's result was wrong -> verdict `fail`
+    ├── Skip                       `ctx.skip`: the probe does not apply here -> verdict `skip`
+    └── Hang                       `ctx.hang`: processes a probe started are stuck -> verdict `hang`
     Interrupted (BaseException)    SIGTERM: ends a run like Ctrl-C (never a verdict)
+
+The outcomes derive from BaseException, as pytest's `OutcomeException` does, so a probe's own
+`except Exception` (around a library call that may raise anything) cannot swallow a skip, a
+fail or a hang and turn it into a pass.
 """
 from __future__ import annotations
 
@@ -36,20 +41,20 @@ class GateFailed(RocmcheckError):
         self.verdicts = verdicts
 
 
-class ProbeFailure(AssertionError):
-    """Raise from a probe when the result is wrong. Measurements given here are kept for older
-    probes; `ctx.measure` records them whatever the verdict."""
-
-    def __init__(self, message: str, **measurements: Any):
-        super().__init__(message)
-        self.measurements = measurements
+class Outcome(BaseException):
+    """A probe's verdict, raised through its own code to the caller of the probe (`ProbeContext.call`)."""
 
 
-class Skip(Exception):
-    """What `ctx.skip` raises when a probe does not apply on this machine (raising it directly still works)."""
+class ProbeFailure(Outcome):
+    """What `ctx.fail` raises: the probe's result is wrong (its measurements go through `ctx.measure`)."""
 
 
-class Hang(Exception):
+class Skip(Outcome):
+    """What `ctx.skip` raises: the probe does not apply on this machine (torchapi raises it too, for a
+    torch or device that lacks an API)."""
+
+
+class Hang(Outcome):
     """What `ctx.hang` raises: processes the probe started (a collective's ranks) are stuck. In a
     child, the watchdog then ends the task as at its deadline, killing the whole tree by its kill
     policy, so the verdict is `hang` without the probe blocking until the deadline."""

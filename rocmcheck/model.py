@@ -131,7 +131,22 @@ class DeviceInfo:
         return "cpu" if self.name == "cpu" else "gpu"
 
 
-ProbeFn = Callable[..., Optional[Mapping[str, Any]]]
+ProbeFn = Callable[..., None]
+
+
+class RunsIn(str, enum.Enum):
+    """Where a probe's variants run (`@rocmcheck.probe(runs_in=...)`), cheapest first; docs/isolation.md §13.
+
+    A variant with environment variables (`env=`) runs in a fresh interpreter whatever this says:
+    they must be set before `import torch`.
+    """
+
+    WORKER = "worker"  # its GPU's worker child, which puts back what a probe may change (the default)
+    OWN_CHILD = "own-child"  # a child per variant: it changes what a worker cannot put back (a process
+    # group, a compile cache, threads it leaves running)
+    FRESH_INTERPRETER = "fresh-interpreter"  # a new interpreter per variant, even without variables: it
+    # reads torch's settings as a fresh `import torch` makes them (the allocator's default)
+    PARENT = "parent"  # the parent itself, no child and no GPU runtime: it only reads host files (node-health)
 
 
 @dataclass(frozen=True)
@@ -148,14 +163,10 @@ class ProbeSpec:
     gate: Union[bool, Callable[[Mapping[str, Any]], bool]] = field(default=False, compare=False)
     requires: Requires = Requires()
     variants: Tuple[Mapping[str, Any], ...] = ({},)
-    fresh_interpreter: bool = False  # needs env set before `import torch` (allocator settings)
-    # changes process state a worker cannot put back (process groups, compile caches, threads): never in a worker
-    own_child: bool = False
+    runs_in: RunsIn = RunsIn.WORKER
     env: Optional[Callable[[Mapping[str, Any]], Mapping[str, str]]] = field(default=None, compare=False)
     preload: Tuple[str, ...] = ()  # modules worth importing once in the zygote (e.g. torch._dynamo)
     per_device: bool = True  # run once on every GPU under test; False: once per node (own device set)
-    # reads host files only: runs in the parent, without a child or a GPU runtime (node-health)
-    host_only: bool = False
     # read once in the parent before the run's first probe; the probe gets it as `ctx.baseline`
     # and runs after every other probe of its device, so it can compare before with after
     baseline: Optional[Callable[[], Any]] = field(default=None, compare=False)

@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from .errors import UsageError
-from .model import ProbeFn, ProbeSpec, Requires, expand_variants
+from .model import ProbeFn, ProbeSpec, Requires, RunsIn, expand_variants
 
 PROBES_PATH_ENV = "ROCMCHECK_PROBES_PATH"
 BUILTIN = "rocmcheck.probes"
@@ -30,63 +30,82 @@ _ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _REGISTRY: Dict[str, ProbeSpec] = {}
 
 
+# The isolation keywords `runs_in` replaced: a probe that still uses one fails to load, naming the new spelling.
+_RUNS_IN_WAS = {"fresh_interpreter": RunsIn.FRESH_INTERPRETER, "own_child": RunsIn.OWN_CHILD,
+                "host_only": RunsIn.PARENT}
+
+
 def probe(
-    id: str,
+    id: Union[str, ProbeFn, None] = None,
     *,
-    title: str,
-    targets: str,
+    title: Optional[str] = None,
+    targets: str = "",
     links: Sequence[str] = (),
     timeout: float = 60.0,
     gate: Union[bool, Callable[[Mapping[str, Any]], bool]] = False,
     requires: Union[Requires, Mapping[str, Any], None] = None,
     variants: Union[None, Mapping[str, Sequence[Any]], Sequence[Mapping[str, Any]]] = None,
-    fresh_interpreter: bool = False,
-    own_child: bool = False,
+    runs_in: Union[RunsIn, str] = RunsIn.WORKER,
     env: Optional[Callable[[Mapping[str, Any]], Mapping[str, str]]] = None,
     preload: Sequence[str] = (),
     per_device: bool = True,
-    host_only: bool = False,
     baseline: Optional[Callable[[], Any]] = None,
-) -> Callable[[ProbeFn], ProbeFn]:
-    """Register `func(ctx, **params)` as a probe.
+    **removed: Any,
+) -> Any:
+    """Register `func(ctx, **params)` as a probe: `@rocmcheck.probe` bare, or with arguments.
 
-    A probe passes by returning, fails by raising `AssertionError`/`rocmcheck.ProbeFailure`,
-    skips with `ctx.skip(reason)`; any other exception is `error`. It reports through `ctx`:
-    `ctx.measure(**values)`, `ctx.warn(message)`, `ctx.progress(text)` (a returned dict of
-    measurements still counts, for older probes). `variants` is a list of parameter dicts or a dict of lists
-    (cartesian product); `gate` is a bool or a predicate over a variant's parameters.
-    `env(params)` returns variables set in that variant's child before it imports torch
-    (the child is then a fresh interpreter); they are recorded in the verdict.
-    Variants run one after another in a worker child per device, which puts back the settings a
-    probe may change (`rocmcheck.engine.probe_state`); `own_child=True` gives each variant a child of
-    its own instead, for a probe that changes what cannot be put back (a process group, a
-    compile cache, threads), as `fresh_interpreter` and `env` do.
+    Bare, the id is the function's name with dashes for underscores (`device_smoke` ->
+    `device-smoke`) and the title its docstring's first line; `id` and `title` override them.
+    A probe passes by returning None; `ctx.fail(message)` ends it as fail, `ctx.skip(reason)`
+    as skip, any other exception as error (an `AssertionError` from a check it calls as fail);
+    `ctx.measure(**values)`, `ctx.warn(message)` and `ctx.progress(text)` report along the way.
+    `variants` is a list of parameter dicts or a dict of lists (cartesian product); `gate` is a
+    bool or a predicate over a variant's parameters.
+    `runs_in` says where its variants run (`model.RunsIn`): its GPU's worker child (the default,
+    which puts back the settings a probe may change), a child per variant ("own-child"), a new
+    interpreter per variant ("fresh-interpreter") or the parent itself ("parent", host files only).
+    `env(params)` returns variables set in a variant's child before it imports torch: a variant
+    with any runs in a fresh interpreter whatever `runs_in` says, so `env` alone needs no
+    `runs_in` (and cannot go with "parent"); they are recorded in the verdict.
     `preload` names modules the zygote imports once when this probe is selected (an import
     that every child would otherwise pay for, like `torch._dynamo` before an optimizer step).
     `per_device=False` runs the probe once per node instead of once on every GPU under test
     (host checks, and multi-GPU probes that choose their own devices).
-    `host_only=True` marks a probe that only reads host files: it runs in the parent, with no
-    child and no GPU runtime. `baseline()` is read once before the run's first probe and handed
-    to the probe as `ctx.baseline`; such a probe runs last on its device (counters before/after).
+    `baseline()` is read once before the run's first probe and handed to the probe as
+    `ctx.baseline`; such a probe runs last on its device (counters before/after).
     """
-    if not _ID_RE.match(id):
-        raise ValueError(f"probe id {id!r} must match {_ID_RE.pattern}")
+    for name in removed:
+        if name in _RUNS_IN_WAS:
+            raise TypeError(f"@rocmcheck.probe({name}=...) is gone: write runs_in={_RUNS_IN_WAS[name].value!r}")
+        raise TypeError(f"@rocmcheck.probe got an unexpected keyword argument {name!r}")
+    try:
+        where = RunsIn(runs_in)
+    except ValueError:
+        raise ValueError(f"runs_in={runs_in!r}: write one of {', '.join(repr(r.value) for r in RunsIn)}") from None
+    if env is not None and where is RunsIn.PARENT:
+        raise ValueError("env= sets variables in a variant's child before it imports torch: runs_in='parent' "
+                         "has no child")
     req = requires if isinstance(requires, Requires) else Requires(**dict(requires or {}))
 
     def register(func: ProbeFn) -> ProbeFn:
+        probe_id = id if isinstance(id, str) else func.__name__.replace("_", "-")
+        if not _ID_RE.match(probe_id):
+            raise ValueError(f"probe id {probe_id!r} must match {_ID_RE.pattern}")
+        doc = (func.__doc__ or "").strip()
+        if not (title or doc):
+            raise ValueError(f"probe '{probe_id}' needs a title: a docstring or title=")
         spec = ProbeSpec(
-            id=id, title=title, targets=targets, func=func, module=func.__module__,
-            links=tuple(links), timeout=float(timeout), gate=gate, requires=req,
-            variants=expand_variants(variants), fresh_interpreter=fresh_interpreter, own_child=own_child, env=env,
-            preload=tuple(preload), per_device=per_device, host_only=host_only, baseline=baseline,
+            id=probe_id, title=title or doc.splitlines()[0], targets=targets, func=func, module=func.__module__,
+            links=tuple(links), timeout=float(timeout), gate=gate, requires=req, variants=expand_variants(variants),
+            runs_in=where, env=env, preload=tuple(preload), per_device=per_device, baseline=baseline,
         )
-        existing = _REGISTRY.get(id)
+        existing = _REGISTRY.get(probe_id)
         if existing is not None and existing.module != spec.module:
-            raise UsageError(f"probe id '{id}' is defined twice ({existing.module} and {spec.module})")
-        _REGISTRY[id] = spec
+            raise UsageError(f"probe id '{probe_id}' is defined twice ({existing.module} and {spec.module})")
+        _REGISTRY[probe_id] = spec
         return func
 
-    return register
+    return register(id) if callable(id) else register
 
 
 def builtin_package() -> ModuleType:

@@ -28,7 +28,7 @@ PROBES = textwrap.dedent('''
 
     @rocmcheck.probe("budget-init", title="init", targets="-", timeout=1.0)
     def budget_init(ctx):
-        return {"facts_torch": ctx.device_facts.get("torch")}
+        ctx.measure(facts_torch=ctx.device_facts.get("torch"))
 
     @rocmcheck.probe("budget-first-use", title="first use", targets="-", timeout=1.0,
                      variants={"where": ["inside", "outside"]})

@@ -37,7 +37,7 @@ def doc_env(ctx, mode):
 
 
 @rocmcheck.probe("doc-flaky", title="fails every other run", targets="doctor's tests", timeout=30,
-                 variants={"mode": ["one", "two"]}, own_child=True)  # one run per child: no worker's re-run alone
+                 variants={"mode": ["one", "two"]}, runs_in="own-child")  # one run per child: no worker's re-run alone
 def doc_flaky(ctx, mode):
     path = os.environ["DOC_COUNTER"]
     count = (int(open(path).read()) if os.path.exists(path) else 0) + 1

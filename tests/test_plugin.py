@@ -26,11 +26,12 @@ import rocmcheck
 
 @rocmcheck.probe("fake-ok", title="ok", targets="-", variants={"n": [1, 2]}, gate=lambda p: p["n"] == 1)
 def ok(ctx, n):
-    return {"n": n}
+    ctx.measure(n=n)
 
 @rocmcheck.probe("fake-fail", title="fail", targets="-")
 def fail(ctx):
-    raise rocmcheck.ProbeFailure("3 of 8 elements differ", max_err=1.5)
+    ctx.measure(max_err=1.5)
+    ctx.fail("3 of 8 elements differ")
 
 @rocmcheck.probe("fake-crash", title="crash", targets="-")
 def crash(ctx):

@@ -53,7 +53,7 @@ def test_fp32_checks_pin_full_precision_inside_the_child_even_under_the_containe
         @rocmcheck.probe("tf32-unpinned", title="t", targets="t")
         def tf32_unpinned(ctx):
             import torch
-            return {"allow_tf32": torch.backends.cuda.matmul.allow_tf32}
+            ctx.measure(allow_tf32=torch.backends.cuda.matmul.allow_tf32)
     ''')
     verdicts = by_variant(rocm_run(probe="*", keyword="tf32-unpinned or gemm[fp32-default] or multigpu-gloo or "
                                                      "attention-sdpa[math-fp32] or multigpu-dataparallel",

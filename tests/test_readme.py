@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from rocmcheck import faults, registry
-from rocmcheck.context import ProbeContext
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
@@ -27,15 +26,3 @@ def test_every_fault_is_in_the_readme():
 
 def test_quick_start_has_the_two_commands():
     assert "make gate" in README and "make test" in README
-
-
-def test_the_probe_example_uses_the_probe_api_and_passes_on_the_cpu(tmp_path, capsys):
-    section = README[README.index("## Writing your own probes"):]
-    start = section.index("```python\n") + len("```python\n")
-    (tmp_path / "my_probes.py").write_text(section[start:section.index("```", start)])
-    spec = registry.load_all([str(tmp_path)])["my-copy"]
-    ctx = ProbeContext(device="cpu")
-    assert spec.func(ctx, size=4096) is None
-    assert ctx.measurements == {"elements": 4096, "wrong": 0} and not ctx.warnings
-    assert capsys.readouterr().out == "my-copy: 4096 elements to cpu\n"
-

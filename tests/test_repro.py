@@ -30,7 +30,6 @@ FAKE_PROBES = '''
 import os
 
 import rocmcheck
-from rocmcheck.errors import ProbeFailure  # a rocmcheck module: embedded like any helper a probe imports
 
 
 @rocmcheck.probe("repro-fake-copy", title="fake", targets="params and variant env reach the reproducer",
@@ -42,11 +41,12 @@ def fake_copy(ctx, shape, mode):
 
     seen = os.environ.get("PYTORCH_REPRO_FAKE_MODE")
     if seen != mode or not isinstance(shape, tuple):
-        raise ProbeFailure(f"variant not reproduced: env {seen!r}, shape {shape!r}")
+        ctx.fail(f"variant not reproduced: env {seen!r}, shape {shape!r}")
     want = np.arange(1, 16, dtype=np.float32).reshape(shape)
     got = torch.from_numpy(want).to(ctx.device, copy=True).cpu().numpy()
     ctx.measure(zeros=int((got == 0).sum()))
-    assert (got == want).all(), "host-to-device copy came back wrong"
+    if not (got == want).all():
+        ctx.fail("host-to-device copy came back wrong")
 
 
 @rocmcheck.probe("repro-fake-lingering", title="fake", targets="a reproducer ends though a thread lingers", timeout=30)

@@ -33,17 +33,17 @@ PROBES = textwrap.dedent('''
                     break
                 time.sleep(0.02)
             met = len(list(BARRIER.glob("simgpu:*")))
-        return {"began": began, "ended": time.time(), "device": ctx.device, "met": met}
+        ctx.measure(began=began, ended=time.time(), device=ctx.device, met=met)
 
     @rocmcheck.probe("sched-hang", title="hangs on simgpu:1", targets="-", timeout=2)
     def sched_hang(ctx):
         if ctx.device == "simgpu:1":
             threading.Event().wait()
-        return {"ended": time.time()}
+        ctx.measure(ended=time.time())
 
     @rocmcheck.probe("sched-node", title="once per node", targets="-", per_device=False)
     def sched_node(ctx):
-        return {"device": ctx.device}
+        ctx.measure(device=ctx.device)
 ''')
 
 

@@ -6,7 +6,7 @@
   initialise the GPU is replaced by spawn for the rest of the run, with a note.
 - **The fresh-interpreter rule**: a task with environment variables to set before
   `import torch` (the probe's `env`, doctor's attempts, the run's own) or a probe that asks
-  for one (`fresh_interpreter`) gets a new interpreter, whatever the launcher.
+  for one (`runs_in="fresh-interpreter"`) gets a new interpreter, whatever the launcher.
 - **Workers**: GPU runtime init costs seconds on a real GPU (a context, rocBLAS's first GEMM,
   librccl), so the variants of one device run one after another in one worker child that
   initialised the runtime once. Each keeps its own deadline, start marker, stack file and
@@ -14,8 +14,8 @@
   (`rocmcheck.engine.probe_state`). A crash or hang ends the worker with the verdict of the task in
   flight; so does a fail or error, and the runner re-runs that variant alone before its
   verdict counts. The next task starts a fresh worker. A task with its own environment, a
-  probe with `own_child` or `fresh_interpreter`, and a fault that patches one probe's process
-  never share a worker. The device facts run first in a worker that GPU 0's queue adopts, so
+  probe that runs in a child of its own or a fresh interpreter (`runs_in`), and a fault that
+  patches one probe's process never share a worker. The device facts run first in a worker that GPU 0's queue adopts, so
   on a real GPU the facts' runtime init is the one its probes use.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 from .. import faults
-from ..model import ProbeSpec, Status
+from ..model import ProbeSpec, RunsIn, Status
 from .capture import OutputDrain
 from .killpolicy import SIGKILL, KillPolicy
 from .launch import ChildProcess, IsolationServerDied, Launcher, SpawnLauncher
@@ -188,7 +188,7 @@ class Isolation:
     def worker_key(self, task: Task, env: Dict[str, str], spec: ProbeSpec) -> Optional[WorkerKey]:
         """The worker `task` may run in, or None when it needs a child of its own."""
         whole_run = faults.worker_faults(self.faults, spec.id)
-        if env or spec.fresh_interpreter or spec.own_child or whole_run is None:
+        if env or spec.runs_in is not RunsIn.WORKER or whole_run is None:
             return None
         return task.device, whole_run
 

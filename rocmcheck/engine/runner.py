@@ -28,7 +28,7 @@ from ..errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from ..host import fingerprint, hostgpu, kernellog
 from ..knowledge import known_issues
 from ..knowledge.signatures import BY_MEANING, signatures
-from ..model import DeviceInfo, Status, Variant, Verdict, preloads
+from ..model import DeviceInfo, RunsIn, Status, Variant, Verdict, preloads
 from ..outputs.storage import Journal, Output, journal_path, new_run_id, write_outputs
 from ..records import SCHEMA, SCHEMA_VERSION, Report, RunInfo
 from ..safetext import clean, clean_env, clean_tree
@@ -211,7 +211,7 @@ class Runner:
             reason = f"skipped: device unusable after {self.wedged[device.name]}"
         if reason:
             return not_run(variant, reason)
-        if spec.host_only:
+        if spec.runs_in is RunsIn.PARENT:
             return self._run_in_parent(variant, device)
         timeout = timeout or self.opts.timeout or spec.timeout
         variant_env = {**variant.env(), **(env or {})}
@@ -249,7 +249,8 @@ class Runner:
             single = self._variant_task(variant, device, timeout)
             end = self.isolation.run(single, env, fresh=False, on_first_use=self._first_use_note(single))
             return confirmed(verdict, self._assemble(variant, single, end, timeout), after)
-        end = self.isolation.run(task, env, variant.spec.fresh_interpreter, self._first_use_note(task))
+        end = self.isolation.run(task, env, variant.spec.runs_in is RunsIn.FRESH_INTERPRETER,
+                                 self._first_use_note(task))
         return self._assemble(variant, task, end, timeout)
 
     @staticmethod

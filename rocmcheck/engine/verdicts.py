@@ -3,9 +3,9 @@
 | status | decided by | where |
 |---|---|---|
 | pass, warn | the probe returned; warn when it called `ctx.warn` | `outcome` (in the child) |
-| skip | the probe raised `Skip` / called `ctx.skip`; or the runner never started it | `outcome`; |
+| skip | the probe called `ctx.skip` (or torchapi raised `Skip`); or the runner never started it | `outcome`; |
 | | (unmet `requires`, torch cannot use the host's GPU, the device's canary failed) | `not_run` |
-| fail | the probe raised `AssertionError` / `ProbeFailure` | `outcome` |
+| fail | the probe called `ctx.fail`, or a check in it raised `AssertionError` | `outcome` |
 | error | any other exception, `sys.exit()` or `KeyboardInterrupt` inside the probe; | `outcome`; `no_result` |
 | | a child that exited 0 without a result; | |
 | | the probe missing in the child, GPU runtime init raising, rocmcheck's own code | `probe_not_found`, |
@@ -31,7 +31,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ..errors import Skip
+from ..errors import Hang, ProbeFailure, Skip
 from ..knowledge.signatures import signatures
 from ..model import Status, Variant, Verdict
 from ..safetext import clean, clean_tree
@@ -52,7 +52,9 @@ def outcome(ended: Optional[BaseException], warnings: List[str]) -> Dict[str, An
         return {"status": (Status.WARN if warnings else Status.PASS).value, "message": "; ".join(warnings) or "ok"}
     if isinstance(ended, Skip):
         return {"status": Status.SKIP.value, "message": str(ended)}
-    if isinstance(ended, AssertionError):
+    if isinstance(ended, Hang):  # in a child the watchdog ends it first (child.await_hang_kill); in-process, here
+        return {"status": Status.HANG.value, "message": str(ended)}
+    if isinstance(ended, (ProbeFailure, AssertionError)):  # a library's check (assert_close) fails too
         status, message = Status.FAIL, first_line(ended)
     elif isinstance(ended, SystemExit):
         status, message = Status.ERROR, f"the probe called sys.exit({ended.code!r}) before returning a result"

@@ -12,16 +12,45 @@ ARG narrows the fault (e.g. one copy API); PROBE_GLOB limits it to matching prob
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import importlib
+import os
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 from ..errors import UsageError
 
 _BUILTIN_MODULES = ("process", "data", "system", "device")
 
 _FAULTS: Dict[str, "Fault"] = {}
+_ABSENT = object()
+_PATCHED: List[Tuple[Any, str, Any]] = []  # (owner, name, what owner's own namespace held), for `reverting`
+
+
+def patch(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+    """Replace `owner.name` with `make(original)`: how every fault changes torch (or rocmcheck), so
+    that `reverting` can put it back."""
+    _PATCHED.append((owner, name, vars(owner).get(name, _ABSENT)))
+    setattr(owner, name, make(getattr(owner, name)))
+
+
+@contextlib.contextmanager
+def reverting() -> Iterator[None]:
+    """Put back on leaving what the faults installed inside changed (their patches, the environment):
+    a child ends instead, but `rocmcheck.testing.run_inline` runs a probe in its caller's process."""
+    mark, environ = len(_PATCHED), dict(os.environ)
+    try:
+        yield
+    finally:
+        while len(_PATCHED) > mark:
+            owner, name, held = _PATCHED.pop()
+            if held is _ABSENT:
+                delattr(owner, name)  # it was inherited (a torch.Tensor method from its C base)
+            else:
+                setattr(owner, name, held)
+        os.environ.clear()
+        os.environ.update(environ)
 
 
 @dataclass(frozen=True)
@@ -77,11 +106,21 @@ def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_
     return register
 
 
-def catalogue() -> Dict[str, Fault]:
-    """Every known fault: the built-in ones plus those registered by loaded probe modules."""
+def _loaded() -> Dict[str, Fault]:
+    """The faults of rocmcheck.faults' own modules and of every probe module loaded so far."""
     for mod in _BUILTIN_MODULES:
         importlib.import_module(f"{__name__}.{mod}")
-    return dict(sorted(_FAULTS.items()))
+    return _FAULTS
+
+
+def catalogue() -> Dict[str, Fault]:
+    """Every known fault: the built-in ones (here, and beside the probe each proves in the built-in
+    library) plus those registered by the users' probe modules loaded so far."""
+    from .. import registry
+
+    for mod in registry.builtin_modules():
+        importlib.import_module(mod)
+    return dict(sorted(_loaded().items()))
 
 
 @dataclass(frozen=True)
@@ -100,7 +139,7 @@ class FaultRequest:
 
 def parse(spec: str) -> List[FaultRequest]:
     """Parse and validate an injection spec; unknown names are a UsageError."""
-    known = catalogue()
+    known = _loaded()
     requests = []
     parts = [p.strip() for p in spec.split(",")] if spec.strip() else []
     for part in parts:
@@ -109,6 +148,8 @@ def parse(spec: str) -> List[FaultRequest]:
         if not part or (at and not scope):
             raise UsageError(f"fault spec '{spec}' has an empty {'fault' if not part else 'probe glob after @'}: "
                              "write NAME[:ARG][@PROBE_GLOB][,...]")
+        if name not in known:  # beside a probe: only now is the library loaded (a rank program runs a
+            known = catalogue()  # probe module as __main__, which must not be loaded a second time)
         if name not in known:
             raise UsageError(f"unknown fault '{name}' (see: rocmcheck list --faults)")
         known[name].check_arg(arg or None)
@@ -122,7 +163,7 @@ def parse(spec: str) -> List[FaultRequest]:
 
 def prepare(requests: List[FaultRequest]) -> None:
     """In the parent, before any child: what the requested faults need done once (UsageError if it cannot be)."""
-    known = catalogue()
+    known = _loaded()
     for req in requests:
         if known[req.name].prepare:
             known[req.name].prepare(req.arg)
@@ -133,7 +174,7 @@ def worker_faults(requests: List[FaultRequest], probe_id: str) -> Optional[Froze
     probes share a worker only with the same set), or None when another fault patches its
     process first and it needs a child of its own. Faults that act inside the probe (a crash,
     a hang) end or leave the worker as the probe's own failure would."""
-    known = catalogue()
+    known = _loaded()
     applying = [r for r in requests if r.applies_to(probe_id) and not known[r.name].in_probe]
     if not all(known[r.name].whole_run for r in applying):
         return None
@@ -144,7 +185,7 @@ def run_wide(requests: List[FaultRequest]) -> Optional[FrozenSet[str]]:
     """The faults every probe's worker has, when each request is whole-run and meets every probe
     (then the device-facts child's process is fit to become a worker: `worker_faults` gives every
     probe this same set); None when some fault meets only some probes or patches a probe's process."""
-    known = catalogue()
+    known = _loaded()
     if not all(known[r.name].whole_run and not known[r.name].in_probe and r.scope == "*" for r in requests):
         return None
     return frozenset(str(r) for r in requests)
@@ -155,7 +196,7 @@ def install(requests: List[FaultRequest], probe_id: str, facts_only: bool = Fals
     """Install the requests that apply to `probe_id` (in the device-facts child: only the faults
     that change what torch reports about devices; with `in_probe` given, only the faults whose
     `in_probe` it equals); returns what was installed."""
-    known = catalogue()
+    known = _loaded()
     installed = []
     for req in requests:
         wanted = in_probe is None or known[req.name].in_probe == in_probe

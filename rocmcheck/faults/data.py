@@ -28,16 +28,11 @@ import threading
 from typing import Any, Callable, Dict, Optional
 
 from .. import torchapi
-from . import fault
+from . import fault, patch
 
 H2D_KINDS = ("to", "to-nonblocking", "pinned", "side-stream", "cuda", "tensor", "as_tensor", "copy_")
 TRANSFER_KINDS = H2D_KINDS + ("d2h", "d2d")
 _KIND_HELP = "glob over " + "|".join(TRANSFER_KINDS)
-
-
-def patch(owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-    """Replace `owner.name` with `make(original)`."""
-    setattr(owner, name, make(getattr(owner, name)))
 
 
 def _has_device_arg(args: tuple, kwargs: dict) -> bool:
@@ -340,7 +335,7 @@ def _blocking_backward(*args: Any, **kwargs: Any) -> None:
 def _backward_hang(arg: Optional[str]) -> None:
     import torch.autograd
 
-    torch.autograd.backward = _blocking_backward
+    patch(torch.autograd, "backward", lambda original: _blocking_backward)
 
 
 @fault("conv-wrong", "convolutions return output channel 0 scaled by 1.5 (forward, the default) or gradients scaled by "
@@ -393,10 +388,11 @@ def _compile_wrong(arg: Optional[str]) -> None:
        choices=("2.2", "2.3", "2.4", "2.5"), whole_run=True)
 def _old_torch(arg: Optional[str]) -> None:
     pretend = torchapi.version_tuple(arg or torchapi.OLDEST)
-    real = torchapi.lookup
 
-    def lookup(name: str) -> Any:
-        first = torchapi.since(name)
-        return (False, None) if first and torchapi.version_tuple(first) > pretend else real(name)
+    def make(real: Callable[[str], Any]) -> Callable[[str], Any]:
+        def lookup(name: str) -> Any:
+            first = torchapi.since(name)
+            return (False, None) if first and torchapi.version_tuple(first) > pretend else real(name)
+        return lookup
 
-    torchapi.lookup = lookup
+    patch(torchapi, "lookup", make)

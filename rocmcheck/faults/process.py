@@ -7,10 +7,10 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Optional
+from typing import Callable, Optional
 
 from .. import torchapi
-from . import fault
+from . import fault, patch
 
 
 def _block_forever() -> None:
@@ -44,7 +44,7 @@ def _no_binary_for_gpu(arg: Optional[str]) -> None:
         os.abort()
 
     for name in ("init", "_lazy_init", "is_available", "device_count"):  # compile-time facts stay readable
-        setattr(torch.cuda, name, first_hip_call)
+        patch(torch.cuda, name, lambda original: first_hip_call)
 
 
 @fault("exit-no-result", "the probe's process exits with status ARG (default 0) before writing a result",
@@ -98,7 +98,7 @@ def _oom(arg: Optional[str]) -> None:
         raise torchapi.out_of_memory_error()("HIP out of memory. Tried to allocate 2.00 GiB (injected)")
 
     for name in ("empty", "zeros", "ones", "randn", "rand", "full", "arange", "tensor"):
-        setattr(torch, name, out_of_memory)
+        patch(torch, name, lambda original: out_of_memory)
 
 
 @fault("gpu-init-fork-error", "GPU runtime init fails in a child forked from the zygote (as HIP does when "
@@ -106,11 +106,11 @@ def _oom(arg: Optional[str]) -> None:
 def _gpu_init_fork_error(arg: Optional[str]) -> None:
     from ..engine import child
 
-    original = child.runtime_init
+    def make(original: Callable[[str], None]) -> Callable[[str], None]:
+        def runtime_init(device: str) -> None:
+            if os.environ.get("ROCMCHECK_ISOLATION") == "zygote":
+                raise RuntimeError("Cannot re-initialize CUDA in forked subprocess (injected)")
+            original(device)
+        return runtime_init
 
-    def runtime_init(device: str) -> None:
-        if os.environ.get("ROCMCHECK_ISOLATION") == "zygote":
-            raise RuntimeError("Cannot re-initialize CUDA in forked subprocess (injected)")
-        original(device)
-
-    child.runtime_init = runtime_init
+    patch(child, "runtime_init", make)

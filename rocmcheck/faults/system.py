@@ -3,29 +3,25 @@
 Each one patches torch inside the probe's child, the way the reported failure shows
 itself to Python: a backward that never returns under one SDPA backend, an SDPA case that
 raises, NaN around fully masked attention rows, an all_reduce
-that never returns or sums wrong, a live buffer that reads back zeros, reserved memory
-that grows every cycle, expandable_segments silently ignored, a tensor shared over IPC
-whose writes never reach the parent. Faults that must act in processes the probe starts
-itself (DDP ranks) are also exported through RANK_FAULTS_ENV; `install_exported()`
-installs them there.
+that never returns or sums wrong, a live buffer that reads back zeros, a tensor shared over
+IPC whose writes never reach the parent (reserved memory that grows every cycle and
+expandable_segments silently ignored live beside their probe, in probes/allocator.py).
+Faults that must act in processes the probe starts itself (DDP ranks) are also exported
+through RANK_FAULTS_ENV; `install_exported()` installs them there.
 """
 from __future__ import annotations
 
 import os
 import threading
-import warnings
 import weakref
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, List, Optional
 
-from . import fault, install, parse
-from .data import patch
+from . import fault, install, parse, patch
 
 SDPA_BACKENDS = ("math", "flash", "efficient", "cudnn")
 _SDPA_FLAGS = {"math": "math_sdp_enabled", "flash": "flash_sdp_enabled", "efficient": "mem_efficient_sdp_enabled",
                "cudnn": "cudnn_sdp_enabled"}
 RANK_FAULTS_ENV = "ROCMCHECK_RANK_FAULTS"
-EXPANDABLE_WARNING = "expandable_segments not supported on this platform"
-GROWTH_PER_CALL = 138 << 20  # pytorch #123548: ~138 MiB more reserved every cycle
 CORRUPT_AFTER = 8  # large allocations before the oldest live one is zeroed
 LARGE_BYTES = 1 << 20
 
@@ -174,7 +170,7 @@ def _all_reduce_hang(arg: Optional[str]) -> None:
     def all_reduce_never_returns(*args: Any, **kwargs: Any) -> None:
         _block_forever()
 
-    dist.all_reduce = all_reduce_never_returns
+    patch(dist, "all_reduce", lambda original: all_reduce_never_returns)
     _export("all_reduce-hang", arg)
 
 
@@ -200,10 +196,10 @@ def _dataparallel_hang(arg: Optional[str]) -> None:
     def forward_never_returns(self: Any, *args: Any, **kwargs: Any) -> None:
         _block_forever()
 
-    torch.nn.DataParallel.forward = forward_never_returns
+    patch(torch.nn.DataParallel, "forward", lambda original: forward_never_returns)
 
 
-# --- allocator ------------------------------------------------------------------------------
+# --- allocator: the canary (its other faults live beside the probe, probes/allocator.py) ----------
 
 
 @fault("canary-corrupt", "a live buffer reads back zeros after a few large allocations (legacy-rocm-build #6603)")
@@ -227,42 +223,6 @@ def _canary_corrupt(arg: Optional[str]) -> None:
         return empty
 
     patch(torch, "empty", make)
-
-
-@fault("reserved-growth", "reserved memory grows ~138 MiB per cycle while allocated stays flat (pytorch #123548)")
-def _reserved_growth(arg: Optional[str]) -> None:
-    import torch
-
-    calls = [0]
-
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def memory_reserved(*args: Any, **kwargs: Any) -> int:
-            calls[0] += 1
-            return orig(*args, **kwargs) + calls[0] * GROWTH_PER_CALL
-        return memory_reserved
-
-    patch(torch.cuda, "memory_reserved", make)
-
-
-def ignore_expandable(snapshot: Dict[str, Any]) -> Dict[str, Any]:
-    """What a build without expandable-segment support reports in a memory snapshot."""
-    settings = dict(snapshot.get("allocator_settings") or {}, expandable_segments=False)
-    segments = [dict(s, is_expandable=False) for s in snapshot.get("segments") or []]
-    return dict(snapshot, allocator_settings=settings, segments=segments)
-
-
-@fault("expandable-ignored", "expandable_segments is accepted and silently ignored, with PyTorch's warning "
-                             "(pytorch #134208; ROCm wheels before 2.12)")
-def _expandable_ignored(arg: Optional[str]) -> None:
-    import torch
-
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def _snapshot(*args: Any, **kwargs: Any) -> Dict[str, Any]:
-            warnings.warn(EXPANDABLE_WARNING, UserWarning)
-            return ignore_expandable(orig(*args, **kwargs))
-        return _snapshot
-
-    patch(torch.cuda.memory, "_snapshot", make)
 
 
 # --- workers and IPC ------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .. import __version__
-from ..model import ProbeSpec, variant_id
+from ..model import ProbeSpec, RunsIn, variant_id
 from ..redact import REDACTED, Redactor, gpu_env_name
 from ..registry import module_file
 
@@ -34,14 +34,14 @@ __version__ = "%s (reproducer stand-in)"
 PROBES = {}
 
 
-def probe(id, **declared):
+def probe(id=None, **declared):
     def register(func):
-        PROBES[id] = func
+        PROBES[id if isinstance(id, str) else func.__name__.replace("_", "-")] = func
         return func
-    return register
+    return register(id) if callable(id) else register
 
 
-def fault(name, help="", args=""):
+def fault(name, help="", **declared):
     return lambda install: install
 ''' % __version__
 
@@ -135,15 +135,13 @@ def reproduce(config, sources):
         else:
             torch.cuda.init()
             torch.cuda.set_device(torch.device(device))
-        returned = rocmcheck.PROBES[config["probe"]](ctx, **ctx.params)
+        rocmcheck.PROBES[config["probe"]](ctx, **ctx.params)
         ctx.synchronize()
-        ctx.measurements.update(returned if isinstance(returned, dict) else {})
         status, message = ("WARN", "; ".join(ctx.warnings)) if ctx.warnings else ("PASS", "ok")
     except rocmcheck.Skip as exc:
         status, message = "SKIP", str(exc)
-    except AssertionError as exc:
+    except (rocmcheck.ProbeFailure, AssertionError) as exc:
         traceback.print_exc()
-        ctx.measurements.update(getattr(exc, "measurements", {}))
         status, message = "FAIL", str(exc) or type(exc).__name__
     except Exception as exc:
         traceback.print_exc()
@@ -320,7 +318,7 @@ def _docstring(verdict: Mapping[str, Any], report: Mapping[str, Any], machine: s
 
 def build(spec: ProbeSpec, verdict: Mapping[str, Any], report: Mapping[str, Any], machine: str) -> Reproducer:
     """The reproducer for one (failing) verdict of `spec`'s probe; ReproError when impossible."""
-    if spec.host_only:  # a torch script would only initialise the GPU and read the same files again
+    if spec.runs_in is RunsIn.PARENT:  # a torch script would only initialise the GPU and read the same files again
         raise ReproError(f"probe '{spec.id}' reads the driver's files, not torch: `rocmcheck env` on the machine "
                          "shows what it read")
     path = Path(module_file(spec) or "")

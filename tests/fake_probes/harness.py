@@ -34,13 +34,14 @@ def _block_in_c():
 @rocmcheck.probe("fake-pass", title="passes", targets="nothing", timeout=30, gate=True)
 def fake_pass(ctx):
     _start()
-    return {"answer": 42}
+    ctx.measure(answer=42)
 
 
 @rocmcheck.probe("fake-fail", title="fails", targets="nothing", timeout=30)
 def fake_fail(ctx):
     _start()
-    raise rocmcheck.ProbeFailure("3 of 10 elements are zero", zeros=3)
+    ctx.measure(zeros=3)
+    ctx.fail("3 of 10 elements are zero")
 
 
 @rocmcheck.probe("fake-error", title="raises", targets="nothing", timeout=30)
@@ -205,7 +206,7 @@ def fake_x_daemon(ctx):
     regrouped = subprocess.Popen([sys.executable, "-c", "import os, time; os.setpgid(0, 0); time.sleep(600)"])
     _record(regrouped.pid)
     _wait_for(lambda: os.getpgid(regrouped.pid) == regrouped.pid)
-    return {"daemons": [exec_daemon.pid, forked_daemon, regrouped.pid]}
+    ctx.measure(daemons=[exec_daemon.pid, forked_daemon, regrouped.pid])
 
 
 @rocmcheck.probe("fake-x-exit", title="exits or is interrupted inside", targets="SystemExit, KeyboardInterrupt",
@@ -223,7 +224,7 @@ def fake_x_output(ctx):
     print("before closing", flush=True)
     os.close(1)
     os.close(2)
-    return {"closed": True}
+    ctx.measure(closed=True)
 
 
 @rocmcheck.probe("fake-x-result", title="corrupts its result file", targets="torn or foreign result",
@@ -257,12 +258,12 @@ def fake_x_text(ctx, kind):
     os.write(1, raw + b"\n" + text.encode("utf-8", "surrogatepass"))
     os.write(2, text.encode("utf-8", "surrogatepass"))
     if kind == "fail":
-        raise AssertionError(text)
+        ctx.fail(text)
     if kind == "warn":
         ctx.warn(text)
     if kind == "error":
         raise RuntimeError(text)
-    return {"said": text, text: 1}
+    ctx.measure(**{"said": text, text: 1})
 
 
 @rocmcheck.probe("fake-z-last", title="passes, last", targets="nothing", timeout=30)
