@@ -276,8 +276,9 @@ class Runner:
         """Read each selected probe's baseline now, before the first probe, and move those probes
         last, so they compare the counters from before the run with after it."""
         on_gpu = any(d.kind == "gpu" for d in self.devices)  # on the CPU such probes skip: read nothing
-        for spec in {v.spec.id: v.spec for v in variants if v.spec.baseline and on_gpu}.values():
-            self.baselines[spec.id] = spec.baseline()
+        for spec in {v.spec.id: v.spec for v in variants if on_gpu}.values():
+            if spec.baseline is not None:
+                self.baselines[spec.id] = spec.baseline()
         return sorted(variants, key=lambda v: v.spec.baseline is not None)  # stable: the others keep their order
 
     def first_use_limit(self) -> Optional[float]:
@@ -302,7 +303,8 @@ class Runner:
             self.wedged[device.name] = after
             self.note(f"device canary after the hang of {after} failed on {device.name} ({why}); "
                       f"the remaining probes on that GPU are skipped")
-        return clean_tree(outcome)
+        cleaned: Dict[str, Any] = clean_tree(outcome)
+        return cleaned
 
     # --- the whole run -----------------------------------------------------------------
 
