@@ -67,8 +67,8 @@ def run_inline(probe_id: str, device: str = "cpu", inject: Optional[str] = None,
         installed = faults.install(requests, probe_id)
         ended = ctx.call(spec.func, catching=Exception)  # Ctrl-C and sys.exit stay the caller's
     result = outcome(ended, ctx.warnings)
-    return InlineResult(Status(result["status"]), result["message"], dict(ctx.measurements), tuple(ctx.warnings),
-                        tuple(installed), result.get("exception", {}).get("traceback", ""))
+    return InlineResult(result.status, result.message, dict(ctx.measurements), tuple(ctx.warnings),
+                        tuple(installed), result.exception.traceback if result.exception else "")
 
 
 def _device_info(device: str) -> DeviceInfo:

@@ -20,6 +20,7 @@ from rocmcheck.engine.isolation import Isolation
 from rocmcheck.engine.killpolicy import KillPolicy, KillStep
 from rocmcheck.engine.launch import ChildProcess, SpawnLauncher
 from rocmcheck.engine.selection import keyword_matcher, select
+from rocmcheck.engine.task import ErrorInfo, TaskResult
 from rocmcheck.engine.verdicts import assemble
 from rocmcheck.engine.watchdog import ChildEnd, supervise
 from rocmcheck.errors import UsageError
@@ -360,12 +361,107 @@ def test_the_status_comes_from_how_the_child_ended_and_the_kill_steps_taken(case
     as the text reports have always held, and a teardown only after a SIGKILL of ours."""
     fields, result, status, words = STATUS_FROM_THE_END[case]
     end = ChildEnd(**{"returncode": None, "elapsed_s": 1.0, **fields})
-    verdict = assemble(Variant(SPEC, {}), end, result, "", timeout=3.0)
+    verdict = assemble(Variant(SPEC, {}), end, TaskResult.from_dict(result), "", timeout=3.0)
     assert verdict.status is status and words in verdict.message, verdict.message
     steps = fields.get("kill_steps", [])
     text = {DUMP: "SIGUSR1 (stack dump)", TERM: "SIGTERM", KILL: "SIGKILL"}  # what reports have always held
     assert json.loads(json.dumps(verdict.evidence)).get("kill_steps", []) == [text[step] for step in steps]
     assert ("teardown" in verdict.evidence) == (KILL in steps)
+
+
+# --- the child's result file (TaskResult) ------------------------------------------------------
+
+TRACE = "Traceback (most recent call last):\n  File \"p.py\", line 1\nAssertionError: 3 zeros\n"
+# Each shape the child writes, its keys in the order it writes them: a probe's end (the first task
+# of a process, a worker's later task with the state it put back, one that retires its worker),
+# GPU runtime init raising, a probe the child lacks, rocmcheck failing in the child, an internal task.
+CHILD_WRITES = {
+    "pass, first task": {"faults_installed": ["slow-io"], "worker_task": 0, "runtime_init_s": 0.25,
+                         "status": "pass", "message": "ok", "probe_s": 1.5, "measurements": {"gbps": 12.5},
+                         "warnings": []},
+    "fail in a worker": {"faults_installed": [], "worker_task": 3, "status": "fail", "message": "3 zeros",
+                         "exception": {"type": "AssertionError", "message": "3 zeros", "traceback": TRACE},
+                         "probe_s": 0.5, "measurements": {}, "warnings": ["w"], "state_put_back": ["seed"]},
+    "retires its worker": {"faults_installed": [], "worker_task": 1, "status": "warn", "message": "w",
+                           "probe_s": 0.5, "measurements": {}, "warnings": ["w"], "retire": "RuntimeError: x"},
+    "runtime init raised": {"faults_installed": [], "worker_task": 0, "status": "error",
+                            "message": "GPU runtime init failed: no HIP", "gpu_init_failed": True,
+                            "exception": {"type": "RuntimeError", "message": "no HIP", "traceback": TRACE}},
+    "probe not found": {"status": "error", "message": "probe 'p' not found in the child"},
+    "harness failed": {"status": "error", "message": "rocmcheck child failed: x",
+                       "exception": {"type": "ValueError", "message": "x", "traceback": TRACE}},
+    "internal task": {"status": "pass", "message": "ok", "data": {"arch_list": ["gfx942"], "hip": None}},
+}
+
+
+@pytest.mark.parametrize("case", list(CHILD_WRITES))
+def test_a_task_result_round_trips_key_for_key_as_the_child_writes_it(case, tmp_path):
+    from rocmcheck.engine.child import write_result
+
+    written = CHILD_WRITES[case]
+    result = TaskResult.from_dict(written)
+    assert result is not None and list(result.to_dict().items()) == list(written.items())
+    path = str(tmp_path / "t.result.json")
+    write_result(path, result)
+    assert Path(path).read_text() == json.dumps(written)  # the file, byte for byte
+    assert TaskResult.read(path) == result
+
+
+def test_a_task_result_is_typed_and_keeps_keys_it_does_not_know():
+    result = TaskResult.from_dict({**CHILD_WRITES["fail in a worker"], "newer": {"x": 1}})
+    assert result is not None and result.status is Status.FAIL and result.worker_task == 3
+    assert result.exception == ErrorInfo("AssertionError", "3 zeros", TRACE)
+    assert result.extra == {"newer": {"x": 1}} and result.to_dict()["newer"] == {"x": 1}
+    assert TaskResult(Status.SKIP, "none").to_dict() == {"status": "skip", "message": "none"}
+
+
+# What is in the result file -> the verdict's status, message, measurements and the evidence
+# keys it has (from the file). Not a result (torn by a child that died writing it, no status or
+# a foreign one) is no result: exit 0 is an error, as is any child that exits 0 with none. A
+# field of a foreign type (a probe that wrote the file itself) is as if the child had not written it.
+MALFORMED_RESULTS = {
+    "no file": (None, Status.ERROR, "exited without a result (exit 0)", {}, set()),
+    "empty": (b"", Status.ERROR, "exited without a result (exit 0)", {}, set()),
+    "torn": (b'{"status": "pass", "mess', Status.ERROR, "exited without a result (exit 0)", {}, set()),
+    "not UTF-8": (b'{"status": "pass", "message": "\xff"}', Status.ERROR, "exited without a result", {}, set()),
+    "null": (b"null", Status.ERROR, "exited without a result (exit 0)", {}, set()),
+    "a list": (b'[{"status": "pass"}]', Status.ERROR, "exited without a result (exit 0)", {}, set()),
+    "no status": (b'{"message": "ok"}', Status.ERROR, "exited without a result (exit 0)", {}, set()),
+    "not a status": (b'{"status": "great"}', Status.ERROR, "exited without a result (exit 0)", {}, set()),
+    "status not text": (b'{"status": 1}', Status.ERROR, "exited without a result (exit 0)", {}, set()),
+    "status alone": (b'{"status": "pass"}', Status.PASS, "", {}, set()),
+    "foreign fields": (b'{"status": "pass", "message": 5, "measurements": "x", "exception": [], "probe_s": "slow"}',
+                       Status.PASS, "", {}, set()),
+    "foreign evidence": (b'{"status": "fail", "message": "m", "faults_installed": "slow-io", "worker_task": "3", '
+                         b'"state_put_back": {}, "retire": 7, "exception": "boom", "runtime_init_s": null}',
+                         Status.FAIL, "m", {}, set()),
+    "an empty exception": (b'{"status": "error", "message": "m", "exception": {}}', Status.ERROR, "m", {}, set()),
+    "a traceback only": (b'{"status": "error", "message": "m", "exception": {"traceback": "T"}, "probe_s": 2}',
+                         Status.ERROR, "m", {"probe_s": 2}, {"traceback"}),
+    "a pass's exception": (b'{"status": "pass", "message": "ok", "exception": {"traceback": "T"}}',
+                           Status.PASS, "ok", {}, set()),
+    "measurements win": (b'{"status": "pass", "message": "ok", "measurements": {"probe_s": 9}, "probe_s": 1.23456}',
+                         Status.PASS, "ok", {"probe_s": 9}, set()),
+    "all of it": (json.dumps(CHILD_WRITES["fail in a worker"]).encode(), Status.FAIL, "3 zeros",
+                  {"probe_s": 0.5}, {"traceback", "worker_task", "state_put_back"}),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_RESULTS))
+def test_what_a_result_file_holds_gives_the_verdict(case, tmp_path):
+    content, status, message, measurements, evidence = MALFORMED_RESULTS[case]
+    path = tmp_path / "t.result.json"
+    if content is not None:
+        path.write_bytes(content)
+    result = TaskResult.read(str(path))
+    end = ChildEnd(returncode=0, elapsed_s=1.0)
+    verdict = assemble(Variant(SPEC, {}), end, result, "", timeout=3.0)
+    assert (verdict.status, verdict.measurements) == (status, measurements), verdict
+    assert message in verdict.message if result is None else verdict.message == message
+    assert set(verdict.evidence) - {"exit", "returncode", "elapsed_s"} == evidence
+    if result is None:  # a child that died without a usable result: how it died decides
+        died = assemble(Variant(SPEC, {}), ChildEnd(returncode=-11, elapsed_s=1.0), result, "", timeout=3.0)
+        assert died.status is Status.CRASH and died.message == "crashed: SIGSEGV"
 
 
 def _child_ignoring(*signals: str) -> ChildProcess:

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import replace
 from typing import Any, Callable, Dict, List, NoReturn, Optional, TextIO
 
 from .. import faults, registry, torchapi
@@ -28,10 +29,11 @@ from ..context import ProbeContext
 from ..errors import Hang
 from ..jsonsafe import jsonsafe
 from ..markers import TaskFiles
+from ..model import Status
 from .capture import TASK_END
 from .launch import CHILD_PATHS_ENV, CHILD_PRELOAD_ENV
 from .probe_state import ProcessState
-from .task import Task
+from .task import Task, TaskResult
 from .verdicts import harness_failed, outcome, probe_not_found, runtime_init_failed
 
 _stack_file: Optional[TextIO] = None  # faulthandler needs the file kept open
@@ -117,7 +119,7 @@ class Worker:
         self.probes_paths: Optional[List[str]] = None  # loaded already
 
 
-def run_probe(task: Task, worker: Worker) -> Dict[str, Any]:
+def run_probe(task: Task, worker: Worker) -> TaskResult:
     """Load, inject, initialise (the first task only) and run the task's probe; classify the outcome."""
     if worker.probes_paths != task.probes_paths:  # a worker's tasks share them: loaded once
         registry.load_all(task.probes_paths)
@@ -126,15 +128,17 @@ def run_probe(task: Task, worker: Worker) -> Dict[str, Any]:
     if spec is None:
         return probe_not_found(task.probe)
     requests = faults.parse(task.faults)
-    result: Dict[str, Any] = {"faults_installed": [], "worker_task": worker.tasks}
+    installed: List[str] = []
+    worker_task = worker.tasks
+    runtime_init_s: Optional[float] = None
     if worker.device is None:  # faults that patch torch, then the runtime: once per process
-        result["faults_installed"] = faults.install(requests, spec.id, in_probe=False)
+        installed = faults.install(requests, spec.id, in_probe=False)
         init_start = time.perf_counter()
         try:
             runtime_init(task.device)
         except Exception as exc:
-            return {**result, **runtime_init_failed(exc)}
-        result["runtime_init_s"] = time.perf_counter() - init_start
+            return replace(runtime_init_failed(exc), faults_installed=installed, worker_task=worker_task)
+        runtime_init_s = time.perf_counter() - init_start
         worker.device = task.device
         if task.keep_alive:
             worker.state = ProcessState()
@@ -144,28 +148,26 @@ def run_probe(task: Task, worker: Worker) -> Dict[str, Any]:
                        expect_gpus=task.expect_gpus, files=task.files)
     start = time.perf_counter()
     # a hang or crash the probe meets is installed inside it; every exception is a verdict, not our crash
-    ended = ctx.call(spec.func, before=lambda: result["faults_installed"].extend(
-        faults.install(requests, spec.id, in_probe=True)))
+    ended = ctx.call(spec.func, before=lambda: installed.extend(faults.install(requests, spec.id, in_probe=True)))
     if isinstance(ended, Hang):
         await_hang_kill(task.files, ended)
-    result.update(outcome(ended, ctx.warnings))
-    result["probe_s"] = time.perf_counter() - start
-    result["measurements"] = ctx.measurements
-    result["warnings"] = ctx.warnings
+    result = replace(outcome(ended, ctx.warnings), faults_installed=installed, worker_task=worker_task,
+                     runtime_init_s=runtime_init_s, probe_s=time.perf_counter() - start,
+                     measurements=ctx.measurements, warnings=ctx.warnings)
     if worker.state is not None:  # put back what the probe changed, before the next task
         try:
-            result["state_put_back"] = worker.state.restore(task.device)
+            result.state_put_back = worker.state.restore(task.device)
         except Exception as exc:  # noqa: BLE001 - the worker cannot go on; the parent ends it
-            result["retire"] = f"{type(exc).__name__}: {exc}"
+            result.retire = f"{type(exc).__name__}: {exc}"
     return result
 
 
-def run_call(task: Task) -> Dict[str, Any]:
+def run_call(task: Task) -> TaskResult:
     """Internal tasks (device facts for the fingerprint): `module:function` returning a dict."""
     module, _, name = task.call.partition(":")
     faults.install(faults.parse(task.faults), name, facts_only=True)
     data = getattr(importlib.import_module(module), name)(task)
-    return {"status": "pass", "message": "ok", "data": data}
+    return TaskResult(Status.PASS, "ok", data=data)
 
 
 def device_canary(task: Task) -> Dict[str, Any]:
@@ -182,10 +184,10 @@ def device_canary(task: Task) -> Dict[str, Any]:
     return {"ok": got == expected, **problem}
 
 
-def write_result(path: str, result: Dict[str, Any]) -> None:
+def write_result(path: str, result: TaskResult) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(jsonsafe(result), fh, allow_nan=False)
+        json.dump(jsonsafe(result.to_dict()), fh, allow_nan=False)
     os.replace(tmp, path)  # atomic for the parent; no fsync: a scratch file outlives no power loss (5 ms a task)
 
 
@@ -208,7 +210,7 @@ def execute(task: Task, next_task: Callable[[], str]) -> None:
         sys.stderr.flush()
         # a worker goes on after a probe that left its runtime up, or after the device facts (whose
         # process GPU 0's queue adopts: the runtime init they made is the one it uses)
-        go_on = task.keep_alive and (worker.device is not None or bool(task.call)) and "retire" not in result
+        go_on = task.keep_alive and (worker.device is not None or bool(task.call)) and result.retire is None
         if not go_on:
             break
         try:

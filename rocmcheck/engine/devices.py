@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from ..errors import UsageError
 from ..host import hostgpu
 from ..model import DeviceInfo
+from .task import TaskResult
 from .verdicts import end_summary
 from .watchdog import ChildEnd
 
@@ -106,11 +107,11 @@ def _gpu_facts(facts: Mapping[str, Any], index: int) -> Dict[str, Any]:
     return (gpus[index] if index < len(gpus) else None) or {}
 
 
-def canary_outcome(end: ChildEnd, result: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+def canary_outcome(end: ChildEnd, result: Optional[TaskResult]) -> Dict[str, Any]:
     """Whether the device still computes after a hang, from the canary child's end and result:
     `usable`, its time, and else the `problem` (no answer in time, a wrong sum, how it died)."""
-    data = (result or {}).get("data") or {}
+    data = (result.data if result else None) or {}
     usable = not end.timed_out and bool(data.get("ok"))
     why = (f"no answer within {CANARY_TIMEOUT_S:g}s" if end.timed_out else
-           data.get("problem") or (result or {}).get("message") or end_summary(end))
+           data.get("problem") or (result.message if result else None) or end_summary(end))
     return {"usable": usable, "elapsed_s": round(end.elapsed_s, 3), **({} if usable else {"problem": why})}

@@ -31,8 +31,7 @@ from ..model import ProbeSpec, RunsIn, Status
 from .capture import OutputDrain
 from .killpolicy import SIGKILL, KillPolicy
 from .launch import ChildProcess, IsolationServerDied, Launcher, SpawnLauncher
-from .task import Task
-from .verdicts import read_result
+from .task import Task, TaskResult
 from .watchdog import ChildEnd, supervise
 
 WORKER_REAP_S = 5.0  # a worker told to go (its lifeline closed) kills its own group at once
@@ -163,12 +162,12 @@ class Isolation:
     def _gpu_init_failed_in_fork(self, task: Task) -> bool:
         """A forked child could not initialise the GPU runtime (HIP/CUDA initialised before the
         fork, say): fall back to spawn and clear the task's files for its second try."""
-        result = read_result(task.files.result)
-        if not (result and result.get("gpu_init_failed")):
+        result = TaskResult.read(task.files.result)
+        if not (result and result.gpu_init_failed):
             return False
         with self.lock:
             if self.mode == "zygote":  # another queue may have fallen back already
-                self.fall_back_to_spawn(result.get("message", "GPU init failed in a forked child"))
+                self.fall_back_to_spawn(result.message or "GPU init failed in a forked child")
         task.files.clear()
         return True
 
@@ -237,8 +236,8 @@ class Isolation:
                 self._end(worker, end)
                 return self.run_in_worker(task, key, on_first_use)
         worker.last = task.variant
-        result = read_result(task.files.result)
-        if end.alive and result is not None and result["status"] in GOOD and not result.get("retire"):
+        result = TaskResult.read(task.files.result)
+        if end.alive and result is not None and result.status.value in GOOD and not result.retire:
             with self.lock:
                 self.workers[key] = worker
         else:

@@ -36,8 +36,8 @@ from . import devices
 from .devices import GPU_VISIBLE
 from .isolation import Isolation
 from .options import FIRST_USE_LIMIT_S, RunOptions
-from .task import Task
-from .verdicts import assemble, confirmed, end_summary, not_run, outcome, read_result, read_text
+from .task import Task, TaskResult
+from .verdicts import assemble, confirmed, end_summary, not_run, outcome, read_text
 from .watchdog import ChildEnd
 
 NO_BINARY = next(m for m, sig in BY_MEANING.items() if sig.id == "hip-no-binary-for-gpu")
@@ -134,8 +134,8 @@ class Runner:
         task = self._task(call="rocmcheck.host.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S)
         key = self.isolation.facts_worker_key() if self.opts.device != "cpu" else None  # a CPU run: no GPU init to keep
         end = self.isolation.run_in_worker(task, key)[0] if key else self.isolation.run(task, {}, fresh=False)
-        result = read_result(task.files.result)
-        self.facts = clean_tree((result or {}).get("data") or {"error": end_summary(end)})
+        result = TaskResult.read(task.files.result)
+        self.facts = clean_tree((result.data if result else None) or {"error": end_summary(end)})
         if result is None and NO_BINARY in signatures(end.output):
             fix = self.arch_fix()
             self.facts.update(error=f"{end_summary(end)}: hipErrorNoBinaryForGpu at the first HIP call: {fix}",
@@ -162,7 +162,8 @@ class Runner:
             if arch_list is None:
                 task = self._task(call="rocmcheck.host.fingerprint:wheel_facts", timeout=FACTS_TIMEOUT_S)
                 self.isolation.run(task, {}, fresh=False)
-                arch_list = ((read_result(task.files.result) or {}).get("data") or {}).get("arch_list")
+                wheel = TaskResult.read(task.files.result)
+                arch_list = ((wheel.data if wheel else None) or {}).get("arch_list")
             override = {**os.environ, **self.opts.env}.get("HSA_OVERRIDE_GFX_VERSION")
             install = hostgpu.torch_choice(host).command()
             cards = dict.fromkeys(hostgpu.gfx_from_kfd(t) for t in host.kfd_gfx_targets)
@@ -255,7 +256,7 @@ class Runner:
 
     @staticmethod
     def _assemble(variant: Variant, task: Task, end: ChildEnd, timeout: float) -> Verdict:
-        return assemble(variant, end, read_result(task.files.result), read_text(task.files.stack), timeout)
+        return assemble(variant, end, TaskResult.read(task.files.result), read_text(task.files.stack), timeout)
 
     def _run_in_parent(self, variant: Variant, device: DeviceInfo) -> Verdict:
         """A probe that only reads host files (node-health): run here, no child, no GPU runtime,
@@ -267,16 +268,17 @@ class Runner:
         start = time.perf_counter()
         ended = ctx.call(spec.func, catching=Exception, in_child=False)  # Ctrl-C stays the run's
         result = outcome(ended, ctx.warnings)
-        return Verdict(spec.id, variant.id, Status(result["status"]), dict(variant.params), clean(result["message"]),
+        return Verdict(spec.id, variant.id, result.status, dict(variant.params), clean(result.message),
                        round(time.perf_counter() - start, 4), clean_tree(ctx.measurements),
-                       clean_tree({"traceback": result["exception"]["traceback"]} if "exception" in result else {}))
+                       clean_tree({"traceback": result.exception.traceback} if result.exception else {}))
 
     def with_baselines(self, variants: List[Variant]) -> List[Variant]:
         """Read each selected probe's baseline now, before the first probe, and move those probes
         last, so they compare the counters from before the run with after it."""
         on_gpu = any(d.kind == "gpu" for d in self.devices)  # on the CPU such probes skip: read nothing
-        for spec in {v.spec.id: v.spec for v in variants if v.spec.baseline and on_gpu}.values():
-            self.baselines[spec.id] = spec.baseline()
+        for spec in {v.spec.id: v.spec for v in variants if on_gpu}.values():
+            if spec.baseline is not None:
+                self.baselines[spec.id] = spec.baseline()
         return sorted(variants, key=lambda v: v.spec.baseline is not None)  # stable: the others keep their order
 
     def first_use_limit(self) -> Optional[float]:
@@ -292,7 +294,7 @@ class Runner:
         task = self._task(call=devices.CANARY_CALL, probe=devices.CANARY_PROBE, device=device.name,
                           timeout=devices.CANARY_TIMEOUT_S)
         end = self.isolation.run(task, {}, fresh=False)
-        outcome = devices.canary_outcome(end, read_result(task.files.result))
+        outcome = devices.canary_outcome(end, TaskResult.read(task.files.result))
         usable, why = outcome["usable"], outcome.get("problem")
         if usable:
             self.note(f"device canary after the hang of {after}: a kernel ran in {end.elapsed_s:.2f}s; "
@@ -301,7 +303,8 @@ class Runner:
             self.wedged[device.name] = after
             self.note(f"device canary after the hang of {after} failed on {device.name} ({why}); "
                       f"the remaining probes on that GPU are skipped")
-        return clean_tree(outcome)
+        cleaned: Dict[str, Any] = clean_tree(outcome)
+        return cleaned
 
     # --- the whole run -----------------------------------------------------------------
 

@@ -17,19 +17,17 @@
 | any | a fail, error or crash in a worker is re-run alone in a fresh child: that verdict counts | `confirmed` |
 | warn | ... and where it passes alone: flaky, or state left by an earlier task | `confirmed` |
 
-The child writes `outcome`'s status into its result file; `assemble` (in the parent) turns
+The child writes `outcome`'s status into its result file (a `task.TaskResult`); `assemble` (in the parent) turns
 what the watchdog saw and that file into exactly one `Verdict`, cleaned of text no output
 format accepts. After that the runner only adds where it ran (`env`, `device`) and
 `known_issues.annotate` the matching known issues; the status never changes again.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
-import traceback
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import Hang, ProbeFailure, Skip
 from ..knowledge.signatures import signatures
@@ -37,6 +35,7 @@ from ..model import Status, Variant, Verdict
 from ..safetext import clean, clean_tree
 from .exitcodes import describe, signal_of
 from .killpolicy import KillStep, step_texts
+from .task import ErrorInfo, TaskResult
 from .watchdog import ChildEnd
 
 EVIDENCE_TAIL_CHARS = 4000
@@ -45,15 +44,15 @@ EVIDENCE_TAIL_CHARS = 4000
 # --- in the child: how the probe ended ---------------------------------------------------------
 
 
-def outcome(ended: Optional[BaseException], warnings: List[str]) -> Dict[str, Any]:
-    """Status and message (and the exception's fields) of a probe that returned (`ended` None)
-    or raised `ended`."""
+def outcome(ended: Optional[BaseException], warnings: List[str]) -> TaskResult:
+    """Status and message (and the exception) of a probe that returned (`ended` None) or raised
+    `ended`."""
     if ended is None:
-        return {"status": (Status.WARN if warnings else Status.PASS).value, "message": "; ".join(warnings) or "ok"}
+        return TaskResult(Status.WARN if warnings else Status.PASS, "; ".join(warnings) or "ok")
     if isinstance(ended, Skip):
-        return {"status": Status.SKIP.value, "message": str(ended)}
+        return TaskResult(Status.SKIP, str(ended))
     if isinstance(ended, Hang):  # in a child the watchdog ends it first (child.await_hang_kill); in-process, here
-        return {"status": Status.HANG.value, "message": str(ended)}
+        return TaskResult(Status.HANG, str(ended))
     if isinstance(ended, (ProbeFailure, AssertionError)):  # a library's check (assert_close) fails too
         status, message = Status.FAIL, first_line(ended)
     elif isinstance(ended, SystemExit):
@@ -65,33 +64,24 @@ def outcome(ended: Optional[BaseException], warnings: List[str]) -> Dict[str, An
         status, message = Status.ERROR, first_line(ended)
         if "OutOfMemoryError" in type(ended).__name__ or "out of memory" in str(ended).lower():
             message = f"out of memory: {message}"
-    return {"status": status.value, "message": message, "exception": error_fields(ended)}
+    return TaskResult(status, message, exception=ErrorInfo.of(ended))
 
 
-def probe_not_found(probe_id: str) -> Dict[str, Any]:
+def probe_not_found(probe_id: str) -> TaskResult:
     """The child's registry lacks the probe the parent selected (a module that failed to load there)."""
-    return {"status": Status.ERROR.value, "message": f"probe '{probe_id}' not found in the child"}
+    return TaskResult(Status.ERROR, f"probe '{probe_id}' not found in the child")
 
 
-def runtime_init_failed(exc: BaseException) -> Dict[str, Any]:
+def runtime_init_failed(exc: BaseException) -> TaskResult:
     """GPU runtime init raised in the child: an error, and the runner's cue to fall back to spawn
     when the child was forked."""
-    return {"status": Status.ERROR.value, "message": f"GPU runtime init failed: {first_line(exc)}",
-            "gpu_init_failed": True, "exception": error_fields(exc)}
+    return TaskResult(Status.ERROR, f"GPU runtime init failed: {first_line(exc)}", gpu_init_failed=True,
+                      exception=ErrorInfo.of(exc))
 
 
-def harness_failed(exc: BaseException) -> Dict[str, Any]:
+def harness_failed(exc: BaseException) -> TaskResult:
     """rocmcheck's own code failed inside the child (not the probe's): still a result, never a pass."""
-    return {"status": Status.ERROR.value, "message": f"rocmcheck child failed: {first_line(exc)}",
-            "exception": error_fields(exc)}
-
-
-def error_fields(exc: BaseException) -> Dict[str, Any]:
-    return {
-        "type": type(exc).__name__,
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-    }
+    return TaskResult(Status.ERROR, f"rocmcheck child failed: {first_line(exc)}", exception=ErrorInfo.of(exc))
 
 
 def first_line(exc: BaseException) -> str:
@@ -107,23 +97,6 @@ def read_text(path: str) -> str:
         return Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
-
-
-# What assembly reads from a result file, by type: a field of another type (a probe that
-# wrote the file itself) is dropped, not a traceback.
-RESULT_TYPES = {"message": str, "measurements": dict, "exception": dict, "faults_installed": list,
-                "probe_s": (int, float), "runtime_init_s": (int, float), "data": dict, "worker_task": int,
-                "state_put_back": list, "retire": str}
-
-
-def read_result(path: str) -> Optional[Dict[str, Any]]:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("status") not in {s.value for s in Status}:
-        return None
-    return {k: v for k, v in data.items() if k not in RESULT_TYPES or isinstance(v, RESULT_TYPES[k])}
 
 
 def end_summary(end: ChildEnd) -> str:
@@ -161,7 +134,7 @@ def evidence_of(end: ChildEnd, stack: str) -> Dict[str, Any]:
     return evidence
 
 
-def no_result(end: ChildEnd) -> tuple:
+def no_result(end: ChildEnd) -> Tuple[Status, str]:
     sig = signal_of(end.returncode)
     if sig == signal.SIGKILL:
         return Status.CRASH, "killed by SIGKILL, not by rocmcheck: possibly the kernel's OOM killer"
@@ -172,7 +145,7 @@ def no_result(end: ChildEnd) -> tuple:
     return Status.ERROR, "exited without a result (exit 0): no verdict was reported"
 
 
-def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], stack: str,
+def assemble(variant: Variant, end: ChildEnd, result: Optional[TaskResult], stack: str,
              timeout: float) -> Verdict:
     """Turn what the watchdog saw and what the child wrote into exactly one verdict."""
     evidence = evidence_of(end, stack)
@@ -199,24 +172,24 @@ def assemble(variant: Variant, end: ChildEnd, result: Optional[Dict[str, Any]], 
     elif result is None:
         status, message = no_result(end)
     else:
-        status, message = Status(result["status"]), result.get("message", "")
-        measurements = result.get("measurements") or {}
-        if result.get("exception") and status in (Status.FAIL, Status.ERROR):
-            evidence["traceback"] = str(result["exception"].get("traceback", ""))[-EVIDENCE_TAIL_CHARS:]
+        status, message = result.status, result.message
+        measurements = dict(result.measurements or {})
+        if result.exception is not None and status in (Status.FAIL, Status.ERROR):
+            evidence["traceback"] = result.exception.traceback[-EVIDENCE_TAIL_CHARS:]
             found = signatures(message + "\n" + evidence["traceback"])
             if found:
                 evidence["signatures"] = sorted(set(evidence.get("signatures", [])) | set(found))
-        if result.get("faults_installed"):
-            evidence["faults_injected"] = result["faults_installed"]
-        if result.get("worker_task"):  # not the first task of its process: the runtime was already up
-            evidence["worker_task"] = result["worker_task"]
-        if result.get("state_put_back"):
-            evidence["state_put_back"] = result["state_put_back"]
-        if result.get("retire"):
-            evidence["worker_ended"] = f"the worker could not go on after this task: {result['retire']}"
-        for timing in ("probe_s", "runtime_init_s"):  # after the probe's own measurements
-            if timing in result:
-                measurements.setdefault(timing, round(result[timing], 4))
+        if result.faults_installed:
+            evidence["faults_injected"] = result.faults_installed
+        if result.worker_task:  # not the first task of its process: the runtime was already up
+            evidence["worker_task"] = result.worker_task
+        if result.state_put_back:
+            evidence["state_put_back"] = result.state_put_back
+        if result.retire:
+            evidence["worker_ended"] = f"the worker could not go on after this task: {result.retire}"
+        for timing, seconds in (("probe_s", result.probe_s), ("runtime_init_s", result.runtime_init_s)):
+            if seconds is not None:  # after the probe's own measurements
+                measurements.setdefault(timing, round(seconds, 4))
     return Verdict(variant.spec.id, variant.id, status, dict(variant.params), clean(message),
                    round(end.elapsed_s, 4), clean_tree(measurements), clean_tree(evidence))
 
@@ -230,8 +203,9 @@ def confirmed(in_worker: Verdict, alone: Verdict, after: Optional[str]) -> Verdi
     """A variant that went bad in a worker, re-run alone in a fresh child: the fresh child's
     verdict counts (a previous task's leftovers must never fail the next), and says both. A
     pass alone is a warn, never a silent pass: the failure was flaky, or left by `after`."""
-    first = {"status": in_worker.status.value, "message": in_worker.message, "after": after,
-             **{k: in_worker.evidence[k] for k in ("signal", "stack", "traceback") if k in in_worker.evidence}}
+    evidence = in_worker.evidence
+    kept: Dict[str, Any] = {k: evidence[k] for k in ("signal", "stack", "traceback") if k in evidence}
+    first: Dict[str, Any] = {"status": in_worker.status.value, "message": in_worker.message, "after": after, **kept}
     alone.evidence["in_worker"] = clean_tree(first)
     if alone.status is in_worker.status:
         alone.evidence["confirmed_alone"] = True
