@@ -117,7 +117,7 @@ class OutputDrain:
     def wait_for_task_end(self, timeout: float) -> bool:
         """Wait up to `timeout` s for a worker's task to end (or the output to close)."""
         with self._cond:
-            return self._cond.wait_for(lambda: self.ended or self._eof, timeout)
+            return self._cond.wait_for(lambda: bool(self.ended) or self._eof, timeout)
 
     def take_task_output(self, timeout: float) -> Optional[Segment]:
         """The output of the task that just ended in a worker: the segment its TASK_END closed

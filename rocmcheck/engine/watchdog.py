@@ -51,17 +51,18 @@ class ChildEnd:
 def _kill_hung(child: ChildProcess, end: ChildEnd, policy: KillPolicy) -> None:
     """Take the policy's steps in order until the child is gone; each step taken is recorded."""
     for step, wait in policy.steps:
+        signum = step.signum
+        if signum is None:  # the platform has no signal for this step (SIGUSR1 on Windows)
+            continue
         if step is KillStep.STACK_DUMP:  # to the child alone: the processes it started may not handle SIGUSR1
-            if step.signum is None:
-                continue
             try:
-                os.kill(child.pid, step.signum)
+                os.kill(child.pid, signum)
             except OSError:
                 continue
             end.kill_steps.append(step)
             time.sleep(wait)
             continue
-        child.signal_tree(step.signum)
+        child.signal_tree(signum)
         end.kill_steps.append(step)
         if step is KillStep.KILL:
             _wait_for_teardown(child, end, wait)

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import psutil
 
@@ -28,7 +28,7 @@ from .proctree import TOKEN_ENV
 ZYGOTE_ENV = "ROCMCHECK_ISOLATION"
 
 
-def _send(sock: socket.socket, message: dict, fds: List[int] = ()) -> None:
+def _send(sock: socket.socket, message: Dict[str, Any], fds: Sequence[int] = ()) -> None:
     data = json.dumps(message).encode() + b"\n"
     if fds:
         socket.send_fds(sock, [data], list(fds))
@@ -41,7 +41,7 @@ class ZygoteLauncher:
 
     name = "zygote"
 
-    def __init__(self, probes_paths: List[str], preload: List[str] = ()):
+    def __init__(self, probes_paths: List[str], preload: Sequence[str] = ()) -> None:
         self.probes_paths = probes_paths
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server = subprocess.Popen(
@@ -90,6 +90,7 @@ class ZygoteLauncher:
         with self._cond:
             self._cond.wait_for(lambda: self.info is not None or self.dead, timeout)
         if self.info is None:
+            assert self._server.stderr is not None  # started with stderr=PIPE
             err = self._server.stderr.read().decode(errors="replace")[-500:] if self.dead else "timed out"
             return {"ok": False, "reason": f"zygote failed to start: {err.strip() or 'no output'}"}
         return self.info
@@ -153,6 +154,7 @@ class ZygoteLauncher:
         except subprocess.TimeoutExpired:
             self._server.kill()
             self._server.wait()
+        assert self._server.stderr is not None  # started with stderr=PIPE
         self._server.stderr.close()
 
 
@@ -240,11 +242,11 @@ def serve(fd: int) -> None:
     live: set = set()
     _send(sock, ready)
     while True:
-        readable, _, _ = select.select([sock, wake_r], [], [])
+        readable, _, _ = select.select([sock.fileno(), wake_r], [], [])
         if wake_r in readable:
             os.read(wake_r, 4096)
             _reap(sock, live)
-        if sock in readable:
+        if sock.fileno() in readable:
             data, fds, _, _ = socket.recv_fds(sock, 65536, 2)
             if not data:
                 break
