@@ -11,7 +11,7 @@ import os
 import select
 import threading
 from collections import deque
-from typing import List, Optional
+from typing import Deque, List, Optional
 
 HEAD_BYTES = 32 * 1024
 TAIL_BYTES = 32 * 1024
@@ -24,7 +24,7 @@ class Segment:
     def __init__(self, head: int, tail: int):
         self.head_limit, self.tail_limit = head, tail
         self.head = bytearray()
-        self.tail: deque = deque()
+        self.tail: Deque[bytes] = deque()
         self.tail_size = 0
         self.total = 0
 

@@ -35,7 +35,7 @@ class ChildProcess:
     pid: int
     out_fd: int  # read end of its stdout+stderr
     lifeline_fd: int  # write end of its stdin; closing it tells the child to die
-    popen: Optional[subprocess.Popen] = field(default=None, repr=False)
+    popen: Optional[subprocess.Popen[bytes]] = field(default=None, repr=False)
     zygote: Any = field(default=None, repr=False)
     job: Any = field(default=None, repr=False)  # Windows job object holding the tree
     handle: Optional[psutil.Process] = field(default=None, repr=False)  # a zygote child, to watch as an orphan

@@ -13,7 +13,7 @@ _TOKEN_RE = re.compile(r"\s*(\(|\)|\bnot\b|\band\b|\bor\b|[^\s()]+)")
 
 def keyword_matcher(expr: str) -> Callable[[str], bool]:
     """pytest-style `-k`: case-insensitive substrings combined with and/or/not/()."""
-    tokens = [t for t in _TOKEN_RE.findall(expr) if t.strip()]
+    tokens: List[str] = [t for t in _TOKEN_RE.findall(expr) if t.strip()]
     pos = 0
 
     def peek() -> Optional[str]:

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import psutil
 
@@ -53,8 +53,8 @@ class ZygoteLauncher:
         theirs.close()
         self._cond = threading.Condition()
         self._exits: Dict[int, int] = {}
-        self._replies: List[dict] = []
-        self.info: Optional[dict] = None
+        self._replies: List[Dict[str, Any]] = []
+        self.info: Optional[Dict[str, Any]] = None
         self.dead = False
         threading.Thread(target=self._read, name="rocmcheck-zygote", daemon=True).start()
 
@@ -75,7 +75,7 @@ class ZygoteLauncher:
             self.dead = True
             self._cond.notify_all()
 
-    def _dispatch(self, msg: dict) -> None:
+    def _dispatch(self, msg: Dict[str, Any]) -> None:
         with self._cond:
             if msg["op"] == "exit":
                 self._exits[msg["pid"]] = msg["returncode"]
@@ -85,7 +85,7 @@ class ZygoteLauncher:
                 self._replies.append(msg)
             self._cond.notify_all()
 
-    def wait_ready(self, timeout: float = 300.0) -> dict:
+    def wait_ready(self, timeout: float = 300.0) -> Dict[str, Any]:
         """Block until the server preloaded torch; its report says whether it is usable."""
         with self._cond:
             self._cond.wait_for(lambda: self.info is not None or self.dead, timeout)
@@ -161,7 +161,7 @@ class ZygoteLauncher:
 # --- the server ---------------------------------------------------------------------
 
 
-def _fork_child(sock: socket.socket, wake_r: int, wake_w: int, msg: dict, fds: List[int]) -> int:
+def _fork_child(sock: socket.socket, wake_r: int, wake_w: int, msg: Dict[str, Any], fds: List[int]) -> int:
     pid = os.fork()
     if pid:
         return pid
@@ -210,7 +210,7 @@ def _stamp_token(token: str) -> None:
             return
 
 
-def _reap(sock: socket.socket, live: set) -> None:
+def _reap(sock: socket.socket, live: Set[int]) -> None:
     while live:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -239,7 +239,7 @@ def serve(fd: int) -> None:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    live: set = set()
+    live: Set[int] = set()
     _send(sock, ready)
     while True:
         readable, _, _ = select.select([sock.fileno(), wake_r], [], [])
