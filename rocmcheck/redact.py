@@ -18,6 +18,7 @@ time, so no input backtracks quadratically.
 """
 from __future__ import annotations
 
+import functools
 import getpass
 import ipaddress
 import os
@@ -259,7 +260,7 @@ class Redactor:
         """`text` with every secret (and, anonymizing, every identity) replaced."""
         text = self._private_keys(text)
         for rule in self.rules:
-            text = rule.pattern.sub(lambda m, r=rule: self._replace(m, r), text)
+            text = rule.pattern.sub(functools.partial(self._replace, rule=rule), text)
         return text
 
     def _replace(self, match: "re.Match[str]", rule: Rule) -> str:
@@ -287,9 +288,10 @@ class Redactor:
                 out += [text[pos:start], self._key(text[start:end.start()], "", "\n"), end.group()]
                 pos = end.end()
             else:
+                assert begin is not None  # the loop runs while one is found; END alone took the branch above
                 end = _after(_PEM_END, text, begin.end(), end)
-                lines = None if end else _KEY_AFTER.match(text, begin.end())
-                stop = end.start() if end else lines.end() if lines else begin.end()
+                key = None if end else _KEY_AFTER.match(text, begin.end())
+                stop = end.start() if end else key.end() if key else begin.end()
                 out += [text[pos:begin.end()], self._key(text[begin.end():stop], "\n", "\n")]
                 pos = stop
                 if end:

@@ -11,7 +11,7 @@ import os
 import select
 import threading
 from collections import deque
-from typing import List, Optional
+from typing import Deque, List, Optional
 
 HEAD_BYTES = 32 * 1024
 TAIL_BYTES = 32 * 1024
@@ -24,7 +24,7 @@ class Segment:
     def __init__(self, head: int, tail: int):
         self.head_limit, self.tail_limit = head, tail
         self.head = bytearray()
-        self.tail: deque = deque()
+        self.tail: Deque[bytes] = deque()
         self.tail_size = 0
         self.total = 0
 
@@ -117,7 +117,7 @@ class OutputDrain:
     def wait_for_task_end(self, timeout: float) -> bool:
         """Wait up to `timeout` s for a worker's task to end (or the output to close)."""
         with self._cond:
-            return self._cond.wait_for(lambda: self.ended or self._eof, timeout)
+            return self._cond.wait_for(lambda: bool(self.ended) or self._eof, timeout)
 
     def take_task_output(self, timeout: float) -> Optional[Segment]:
         """The output of the task that just ended in a worker: the segment its TASK_END closed

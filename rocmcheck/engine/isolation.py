@@ -33,6 +33,7 @@ from .killpolicy import SIGKILL, KillPolicy
 from .launch import ChildProcess, IsolationServerDied, Launcher, SpawnLauncher
 from .task import Task, TaskResult
 from .watchdog import ChildEnd, supervise
+from .zygote import ZygoteLauncher
 
 WORKER_REAP_S = 5.0  # a worker told to go (its lifeline closed) kills its own group at once
 GOOD = {Status.PASS.value, Status.WARN.value, Status.SKIP.value}  # after these, a worker runs its next task
@@ -73,8 +74,6 @@ class Isolation:
         """The zygote server (torch and `preload` imported once), or spawn where it is unusable."""
         self.preload = list(preload)
         if self.mode == "zygote":
-            from .zygote import ZygoteLauncher
-
             with interrupts_deferred():  # once started, the server is ours to close, whenever SIGTERM comes
                 self.launcher = zygote = ZygoteLauncher(self.probes_paths, self.preload)
             info = zygote.wait_ready()
@@ -85,6 +84,11 @@ class Isolation:
             self.note(f"zygote unusable ({info.get('reason')}); using spawn isolation")
         self.launcher = self._spawn_launcher()
 
+    def _started(self) -> Launcher:
+        """The launcher `start` made (a task before `start` or after `close` is a bug of the caller's)."""
+        assert self.launcher is not None
+        return self.launcher
+
     def _spawn_launcher(self, prestart: Optional[bool] = None) -> SpawnLauncher:
         kwargs = {} if prestart is None else {"prestart": prestart}
         return SpawnLauncher(self.probes_paths, preload=self.preload, on_note=self.note, **kwargs)
@@ -92,7 +96,7 @@ class Isolation:
     def fall_back_to_spawn(self, why: str) -> None:
         """A forked child could not initialise the GPU, or the zygote died: fresh interpreters from now on."""
         self._retire_all()  # forked workers: their replacements are spawned
-        self.launcher.close()
+        self._started().close()
         self.mode = "spawn"
         self.launcher = self._spawn_launcher()
         self.note(f"fell back to spawn isolation: {why}")
@@ -100,8 +104,9 @@ class Isolation:
     def _check_server(self, when: str) -> None:
         """The zygote died: say so, go on with spawn."""
         with self.lock:  # several queues may see the death at once: one fallback
-            if self.mode == "zygote" and self.launcher.dead:
-                self.fall_back_to_spawn(f"the isolation server died {when} ({self.launcher.death()})")
+            launcher = self._started()
+            if isinstance(launcher, ZygoteLauncher) and launcher.dead:  # the launcher of zygote mode
+                self.fall_back_to_spawn(f"the isolation server died {when} ({launcher.death()})")
 
     def fresh_interpreter(self, env: Dict[str, str], fresh: bool) -> bool:
         """Whether a task run alone gets a new interpreter (it pays for `import torch`): always
@@ -111,7 +116,7 @@ class Isolation:
     def _launch(self, path: str, env: Dict[str, str], fresh: bool, what: str) -> ChildProcess:
         env = {**self.run_env, **env}
         self._check_server(f"before {what}")
-        launcher = self.launcher
+        launcher = self._started()
         if self.mode == "zygote" and self.fresh_interpreter(env, fresh):
             launcher = self._spawn_launcher(prestart=False)  # env before `import torch`
         try:
@@ -120,7 +125,7 @@ class Isolation:
         except IsolationServerDied:
             self._check_server(f"as {what} was starting")
             with self.lock:
-                return self.launcher.launch(path, env)
+                return self._started().launch(path, env)
 
     def _supervise(self, child: ChildProcess, task: Task, on_first_use: Optional[Callable[[float], None]],
                    drain: Optional[OutputDrain] = None) -> ChildEnd:
@@ -154,7 +159,9 @@ class Isolation:
             self.note(f"the standby interpreter (pid {child.pid}) was killed (SIGKILL) as {task.what} was handed "
                       f"to it, before the task began; ran it again in a fresh interpreter")
             with self.lock:
-                child = self.launcher.launch(path, {**self.run_env, **env}, fresh=True)  # only spawn has a standby
+                launcher = self._started()
+                assert isinstance(launcher, SpawnLauncher)  # only spawn has a standby
+                child = launcher.launch(path, {**self.run_env, **env}, fresh=True)
             drain = drain_for(child) if drain_for else None
             end = self._supervise(child, task, on_first_use, drain)
         return child, drain, end
@@ -230,6 +237,7 @@ class Isolation:
                 after = None
             child, drain, end = self._start_child(task, {}, False, on_first_use,
                                                   drain_for=lambda c: OutputDrain(c.out_fd))
+            assert drain is not None  # drain_for was given
             worker = Worker(child, drain)
             self._check_server(f"while {task.what} ran")
             if self.mode == "zygote" and self._gpu_init_failed_in_fork(task):

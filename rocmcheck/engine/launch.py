@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Set
+from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Sequence, Set
 
 import psutil
 
@@ -35,7 +35,7 @@ class ChildProcess:
     pid: int
     out_fd: int  # read end of its stdout+stderr
     lifeline_fd: int  # write end of its stdin; closing it tells the child to die
-    popen: Optional[subprocess.Popen] = field(default=None, repr=False)
+    popen: Optional[subprocess.Popen[bytes]] = field(default=None, repr=False)
     zygote: Any = field(default=None, repr=False)
     job: Any = field(default=None, repr=False)  # Windows job object holding the tree
     handle: Optional[psutil.Process] = field(default=None, repr=False)  # a zygote child, to watch as an orphan
@@ -50,6 +50,7 @@ class ChildProcess:
         if self.job is None:
             signal_tree(self.pid, sig)
         elif sig == signal.SIGTERM:
+            assert self.popen is not None  # a job holds a spawned child
             self.popen.terminate()  # TerminateProcess of the child alone: Windows has no gentle TERM
         else:
             self.job.terminate()
@@ -145,6 +146,12 @@ def child_env(extra: Dict[str, str], probes_paths: Iterable[str], preload: Itera
     return env
 
 
+def _popen(child: ChildProcess) -> subprocess.Popen[bytes]:
+    """A spawned child's process handle (`SpawnLauncher._start` gives every one of them)."""
+    assert child.popen is not None
+    return child.popen
+
+
 class SpawnLauncher:
     """A fresh interpreter per task; while one runs, the next is already importing torch."""
 
@@ -152,7 +159,7 @@ class SpawnLauncher:
     dead = False  # no server to lose
 
     def __init__(self, probes_paths: List[str], prestart: bool = (os.cpu_count() or 1) > 1,
-                 preload: List[str] = (), on_note: Callable[[str], None] = lambda text: None):
+                 preload: Sequence[str] = (), on_note: Callable[[str], None] = lambda text: None):
         self.probes_paths = probes_paths
         self.preload = list(preload)
         self.prestart = prestart
@@ -191,7 +198,7 @@ class SpawnLauncher:
         self._standby = None
         if child is not None and not self._hand_over(child, task_path):
             self.on_note(f"the standby interpreter (pid {child.pid}) died before its task "
-                         f"({describe(child.popen.wait(), WINDOWS)}); started a fresh one")
+                         f"({describe(_popen(child).wait(), WINDOWS)}); started a fresh one")
             self._retire(child)
             child = None
         if child is None:
@@ -213,7 +220,7 @@ class SpawnLauncher:
     def _retire(child: ChildProcess) -> None:
         """Kill a child that has run nothing (or died) and close its pipes."""
         child.signal_tree(signal.SIGKILL)
-        child.popen.wait()
+        _popen(child).wait()
         child.close_lifeline()
         os.close(child.out_fd)
 

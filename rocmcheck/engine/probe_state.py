@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import torchapi
 
-Setting = Tuple[Callable[[], Any], Callable[[Any], None]]
+Setting = Tuple[Callable[[], Any], Callable[[Any], object]]  # a getter; a setter, what it returns unused
 
 
 def _attr(owner: Any, name: str) -> Optional[Setting]:
@@ -38,8 +38,9 @@ def _environment() -> Setting:
 
 
 def _warning_filters() -> Setting:
-    def put_back(saved: list) -> None:
-        warnings.filters[:] = saved
+    def put_back(saved: List[Any]) -> None:
+        # in place: the C module shares this list (typeshed declares it a read-only Sequence)
+        warnings.filters[:] = saved  # type: ignore[index]
         # what warnings.simplefilter calls, so cached "already warned" decisions are dropped (renamed in 3.13)
         mutated = getattr(warnings, "_filters_mutated", None) or getattr(warnings, "_filters_mutated_lock_held", None)
         if mutated is not None:

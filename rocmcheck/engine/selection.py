@@ -13,7 +13,7 @@ _TOKEN_RE = re.compile(r"\s*(\(|\)|\bnot\b|\band\b|\bor\b|[^\s()]+)")
 
 def keyword_matcher(expr: str) -> Callable[[str], bool]:
     """pytest-style `-k`: case-insensitive substrings combined with and/or/not/()."""
-    tokens = [t for t in _TOKEN_RE.findall(expr) if t.strip()]
+    tokens: List[str] = [t for t in _TOKEN_RE.findall(expr) if t.strip()]
     pos = 0
 
     def peek() -> Optional[str]:
@@ -27,20 +27,18 @@ def keyword_matcher(expr: str) -> Callable[[str], bool]:
         return tokens[pos - 1]
 
     def parse_or() -> Callable[[str], bool]:
-        left = parse_and()
+        terms = [parse_and()]
         while peek() == "or":
             take()
-            right, prev = parse_and(), left
-            left = lambda s, a=prev, b=right: a(s) or b(s)  # noqa: E731
-        return left
+            terms.append(parse_and())
+        return lambda s: any(term(s) for term in terms)
 
     def parse_and() -> Callable[[str], bool]:
-        left = parse_not()
+        factors = [parse_not()]
         while peek() == "and":
             take()
-            right, prev = parse_not(), left
-            left = lambda s, a=prev, b=right: a(s) and b(s)  # noqa: E731
-        return left
+            factors.append(parse_not())
+        return lambda s: all(factor(s) for factor in factors)
 
     def parse_not() -> Callable[[str], bool]:
         if peek() == "not":

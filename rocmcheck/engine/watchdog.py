@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..markers import TaskFiles
 from .capture import OutputDrain
@@ -41,27 +41,28 @@ class ChildEnd:
     output: str = ""
     output_bytes: int = 0
     output_cut: int = 0
-    leftovers_killed: list = field(default_factory=list)  # "pid command" of each
+    leftovers_killed: List[str] = field(default_factory=list)  # "pid command" of each
     state: Dict[str, str] = field(default_factory=dict)
     kill_steps: List[KillStep] = field(default_factory=list)
     teardown_s: float = 0.0  # from SIGKILL to the end (or to giving up)
-    teardown_states: list = field(default_factory=list)  # process states seen meanwhile
+    teardown_states: List[str] = field(default_factory=list)  # process states seen meanwhile
 
 
 def _kill_hung(child: ChildProcess, end: ChildEnd, policy: KillPolicy) -> None:
     """Take the policy's steps in order until the child is gone; each step taken is recorded."""
     for step, wait in policy.steps:
+        signum = step.signum
+        if signum is None:  # the platform has no signal for this step (SIGUSR1 on Windows)
+            continue
         if step is KillStep.STACK_DUMP:  # to the child alone: the processes it started may not handle SIGUSR1
-            if step.signum is None:
-                continue
             try:
-                os.kill(child.pid, step.signum)
+                os.kill(child.pid, signum)
             except OSError:
                 continue
             end.kill_steps.append(step)
             time.sleep(wait)
             continue
-        child.signal_tree(step.signum)
+        child.signal_tree(signum)
         end.kill_steps.append(step)
         if step is KillStep.KILL:
             _wait_for_teardown(child, end, wait)
@@ -114,7 +115,7 @@ def supervise(child: ChildProcess, timeout: float, files: Optional[TaskFiles] = 
     start = time.monotonic()
     began = None if files else start  # first sight of the marker: where the wall time runs from
     end = ChildEnd(returncode=None, elapsed_s=0.0)
-    said: tuple = (None, 0)  # (when the current first use began, progress lines said about it)
+    said: Tuple[Optional[float], int] = (None, 0)  # (when the current first use began, progress lines said about it)
     try:
         while end.returncode is None and not child.lost:
             shifted = files.started_at() if files else None  # moved forward by first use
@@ -133,7 +134,9 @@ def supervise(child: ChildProcess, timeout: float, files: Optional[TaskFiles] = 
             if warming is None:
                 said = (None, 0)
             elif on_first_use is not None:
-                since, count = said if said[0] is not None else (warming, 0)  # as first seen: re-reads jitter
+                since, count = said
+                if since is None:  # as first seen: re-reads jitter
+                    since, count = warming, 0
                 if time.monotonic() - since >= (count + 1) * FIRST_USE_PROGRESS_S:
                     on_first_use(time.monotonic() - since)
                     count += 1

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import psutil
 
@@ -28,7 +28,7 @@ from .proctree import TOKEN_ENV
 ZYGOTE_ENV = "ROCMCHECK_ISOLATION"
 
 
-def _send(sock: socket.socket, message: dict, fds: List[int] = ()) -> None:
+def _send(sock: socket.socket, message: Dict[str, Any], fds: Sequence[int] = ()) -> None:
     data = json.dumps(message).encode() + b"\n"
     if fds:
         socket.send_fds(sock, [data], list(fds))
@@ -41,7 +41,7 @@ class ZygoteLauncher:
 
     name = "zygote"
 
-    def __init__(self, probes_paths: List[str], preload: List[str] = ()):
+    def __init__(self, probes_paths: List[str], preload: Sequence[str] = ()) -> None:
         self.probes_paths = probes_paths
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server = subprocess.Popen(
@@ -53,8 +53,8 @@ class ZygoteLauncher:
         theirs.close()
         self._cond = threading.Condition()
         self._exits: Dict[int, int] = {}
-        self._replies: List[dict] = []
-        self.info: Optional[dict] = None
+        self._replies: List[Dict[str, Any]] = []
+        self.info: Optional[Dict[str, Any]] = None
         self.dead = False
         threading.Thread(target=self._read, name="rocmcheck-zygote", daemon=True).start()
 
@@ -75,7 +75,7 @@ class ZygoteLauncher:
             self.dead = True
             self._cond.notify_all()
 
-    def _dispatch(self, msg: dict) -> None:
+    def _dispatch(self, msg: Dict[str, Any]) -> None:
         with self._cond:
             if msg["op"] == "exit":
                 self._exits[msg["pid"]] = msg["returncode"]
@@ -85,11 +85,12 @@ class ZygoteLauncher:
                 self._replies.append(msg)
             self._cond.notify_all()
 
-    def wait_ready(self, timeout: float = 300.0) -> dict:
+    def wait_ready(self, timeout: float = 300.0) -> Dict[str, Any]:
         """Block until the server preloaded torch; its report says whether it is usable."""
         with self._cond:
             self._cond.wait_for(lambda: self.info is not None or self.dead, timeout)
         if self.info is None:
+            assert self._server.stderr is not None  # started with stderr=PIPE
             err = self._server.stderr.read().decode(errors="replace")[-500:] if self.dead else "timed out"
             return {"ok": False, "reason": f"zygote failed to start: {err.strip() or 'no output'}"}
         return self.info
@@ -153,13 +154,14 @@ class ZygoteLauncher:
         except subprocess.TimeoutExpired:
             self._server.kill()
             self._server.wait()
+        assert self._server.stderr is not None  # started with stderr=PIPE
         self._server.stderr.close()
 
 
 # --- the server ---------------------------------------------------------------------
 
 
-def _fork_child(sock: socket.socket, wake_r: int, wake_w: int, msg: dict, fds: List[int]) -> int:
+def _fork_child(sock: socket.socket, wake_r: int, wake_w: int, msg: Dict[str, Any], fds: List[int]) -> int:
     pid = os.fork()
     if pid:
         return pid
@@ -208,7 +210,7 @@ def _stamp_token(token: str) -> None:
             return
 
 
-def _reap(sock: socket.socket, live: set) -> None:
+def _reap(sock: socket.socket, live: Set[int]) -> None:
     while live:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -237,14 +239,14 @@ def serve(fd: int) -> None:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    live: set = set()
+    live: Set[int] = set()
     _send(sock, ready)
     while True:
-        readable, _, _ = select.select([sock, wake_r], [], [])
+        readable, _, _ = select.select([sock.fileno(), wake_r], [], [])
         if wake_r in readable:
             os.read(wake_r, 4096)
             _reap(sock, live)
-        if sock in readable:
+        if sock.fileno() in readable:
             data, fds, _, _ = socket.recv_fds(sock, 65536, 2)
             if not data:
                 break

@@ -165,8 +165,9 @@ def prepare(requests: List[FaultRequest]) -> None:
     """In the parent, before any child: what the requested faults need done once (UsageError if it cannot be)."""
     known = _loaded()
     for req in requests:
-        if known[req.name].prepare:
-            known[req.name].prepare(req.arg)
+        setup = known[req.name].prepare
+        if setup:
+            setup(req.arg)
 
 
 def worker_faults(requests: List[FaultRequest], probe_id: str) -> Optional[FrozenSet[str]]:

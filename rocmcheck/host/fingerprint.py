@@ -8,6 +8,7 @@ guarded: a field that cannot be read is None, never an exception.
 """
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
@@ -15,7 +16,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .. import torchapi
 from ..redact import gpu_env_name
@@ -44,7 +45,7 @@ def run_cmd(command: str) -> Tuple[int, str, str]:
         return 127, "", str(exc)
 
 
-def env_vars(environ: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+def env_vars(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """Allow-listed GPU-relevant variables, minus any whose name looks secret."""
     environ = os.environ if environ is None else environ
     return {k: v for k, v in sorted(environ.items()) if gpu_env_name(k)}
@@ -206,7 +207,7 @@ def device_facts(task: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     facts["device_count"] = count
     facts["device_type"] = kind
     facts["backend"] = kind if kind == torchapi.SIMULATED else "rocm" if hip else ("cuda" if cuda and count else "cpu")
-    facts["devices"] = [guarded(lambda i=i: _device(torch, i, kind)) for i in range(count)]
+    facts["devices"] = [guarded(functools.partial(_device, torch, i, kind)) for i in range(count)]
     facts.update(guarded(lambda: _library_facts(torch)) or {})
     return facts
 

@@ -21,7 +21,7 @@ import stat
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 HOST_ROOT_ENV = "ROCMCHECK_HOST_ROOT"
 TORCH_INDEX_ENV = "ROCMCHECK_TORCH_INDEX"  # an index URL that overrides the choice below
@@ -174,7 +174,7 @@ def _identity() -> Tuple[int, List[int]]:
 
 
 def read(root: Optional[Path] = None, identity: Optional[Tuple[int, Sequence[int]]] = None,
-         environ: Optional[Dict[str, str]] = None) -> HostGpus:
+         environ: Optional[Mapping[str, str]] = None) -> HostGpus:
     """The host's GPUs. Never raises: what cannot be read is simply absent."""
     root = root or host_root()
     uid, gids = identity or _identity()

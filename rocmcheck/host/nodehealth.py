@@ -178,7 +178,7 @@ def _read_ras(health: GpuHealth, ras: Path) -> None:
         text, why = _text(path)
         parsed = parse_err_count(text) if text is not None else None
         if parsed is None:
-            health.unreadable.append(f"{path}: {why or repr(text.strip()[:40])}")
+            health.unreadable.append(f"{path}: {why if text is None else repr(text.strip()[:40])}")
             continue
         block = path.name[:-len("_err_count")]
         for kind, n in parsed.items():
@@ -269,10 +269,10 @@ def _smi_gpu(gpu: ET.Element) -> GpuHealth:
     volatile = gpu.find("ecc_errors/volatile")
     for node in list(volatile) if volatile is not None else []:
         if len(node):  # pre-Ampere layout: <single_bit>/<double_bit> with a <total>
-            kind = {"single_bit": health.ce, "double_bit": health.ue}.get(node.tag)
+            counters = {"single_bit": health.ce, "double_bit": health.ue}.get(node.tag)
             total = _int_of(node.findtext("total"))
-            if kind is not None and total is not None:
-                kind[node.tag] = total
+            if counters is not None and total is not None:
+                counters[node.tag] = total
             continue
         n = _int_of(node.text)
         if n is not None and "correctable" in node.tag:
@@ -431,9 +431,11 @@ def read_nvidia(addresses: List[str], nvml: Any = None) -> Dict[str, GpuHealth]:
     if not fixture:
         if nvml is None:
             try:
-                import pynvml as nvml  # nvidia-ml-py, the optional `nvidia` extra
+                import pynvml  # nvidia-ml-py, the optional `nvidia` extra
             except ImportError:
                 why.append("nvidia-ml-py is not installed (pip install 'rocmcheck[nvidia]')")
+            else:
+                nvml = pynvml
         found = _nvml_within(nvml, NVML_TIMEOUT_S, why) if nvml is not None else None
         if found is not None:
             return found
@@ -595,9 +597,10 @@ def judge(before: Optional[GpuHealth], now: GpuHealth, index: int) -> Finding:
         if rose:
             warns.append("correctable errors rose during the run: " +
                          ", ".join(f"{k} {a} -> {b} (+{b - a})" for k, (a, b) in sorted(rose.items())))
-        if None not in (before.pcie_replays, now.pcie_replays) and now.pcie_replays > before.pcie_replays:
-            warns.append(f"PCIe replays rose during the run: {before.pcie_replays} -> {now.pcie_replays} "
-                         f"(+{now.pcie_replays - before.pcie_replays}): a marginal link, slot or riser")
+        first, last = before.pcie_replays, now.pcie_replays
+        if first is not None and last is not None and last > first:
+            warns.append(f"PCIe replays rose during the run: {first} -> {last} (+{last - first}): a marginal link, "
+                         "slot or riser")
     warns += [f"throttled at idle: {why}" for why in throttled(idle)]
     warns += [f"cannot read {what}" for what in now.unreadable]
     if warns:

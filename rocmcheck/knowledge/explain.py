@@ -105,7 +105,8 @@ def recognise(text: str) -> List[Dict[str, Any]]:
     newlines = [m.start() for m in re.finditer("\n", text)]
     found = []
     for sig in SIGNATURES:
-        lines, count, last_line = [], 0, -1
+        lines: List[Dict[str, Any]] = []
+        count, last_line = 0, -1
         for m in sig.pattern.finditer(text):
             number = bisect.bisect_left(newlines, m.start()) + 1
             if number == last_line:
