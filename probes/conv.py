@@ -80,7 +80,7 @@ def conv(ctx: rocmcheck.ProbeContext, dtype: str) -> None:
     n, c, h, w, o = SHAPES["gpu" if ctx.gpu_sized else "cpu"]
     rng = np.random.default_rng(13)
     failures: List[str] = []
-    errors: Dict[str, Dict[str, float]] = {}
+    errors: Dict[str, float] = {}
     check_s = 0.0
     for case, (k, stride, pad, channels_last) in CASES.items():
         ho, wo = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1

@@ -27,8 +27,9 @@ import rocmcheck
 from rocmcheck import numeric, torchapi
 from rocmcheck.lazy import np, torch
 
-MODEL = {"vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64, "use_cache": False}
+MODEL: Dict[str, Any] = {"vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+                         "use_cache": False}
 BATCH, SEQ, STEPS, LR = 4, 16, 4, 1e-2
 # precision -> (max relative loss difference per step, max relative L2 error of first-step LoRA gradients)
 TOLERANCES = {"fp32": (1e-4, 1e-3), "bf16": (3e-2, 1e-1)}

@@ -126,7 +126,7 @@ def link_verdict(gpu: PciGpu) -> Tuple[Optional[bool], str]:
     """(True, ...) at the maximum, (False, why) when slower or narrower, (None, why) when the
     link files cannot be read."""
     cur, top = transfer_rate(gpu.link_speed), transfer_rate(gpu.max_link_speed)
-    if None in (cur, top, gpu.link_width, gpu.max_link_width):
+    if cur is None or top is None or gpu.link_width is None or gpu.max_link_width is None:
         return None, (f"the PCIe link of {gpu.address} cannot be read (current {gpu.link_speed} x{gpu.link_width}, "
                       f"maximum {gpu.max_link_speed} x{gpu.max_link_width})")
     now, best = describe(cur, gpu.link_width), describe(top, gpu.max_link_width)

@@ -208,7 +208,7 @@ class Sender:
     def __init__(self, method: str, device: str, on_gpu: bool):
         self.method, self.device, self.on_gpu = method, device, on_gpu
         self.copy = not on_gpu  # on the CPU, `.to(device)` would return the source itself
-        self.side = torchapi.new_stream(device) if on_gpu and method == "side-stream" else None
+        self.side: Any = torchapi.new_stream(device) if on_gpu and method == "side-stream" else None  # send() uses it
 
     def stage(self, src: Any, src_np: Any) -> Any:
         if self.method in PINNED_METHODS and self.on_gpu:

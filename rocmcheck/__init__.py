@@ -29,7 +29,14 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING
+
 from .errors import GateFailed, ProbeFailure, RocmcheckError, Skip, TorchMissing, UsageError
+
+if TYPE_CHECKING:  # what __getattr__ loads at first use, for type checkers
+    from .context import ProbeContext
+    from .faults import fault
+    from .registry import probe
 
 _LAZY = {"ProbeContext": "context", "fault": "faults", "probe": "registry"}  # loaded at first use: the
 # pytest plugin imports this package in every pytest run, and without --rocm-matrix needs none of them

@@ -33,9 +33,9 @@ def pin_fp32() -> Dict[str, Any]:
     backends.cudnn.allow_tf32 = False
     flags: Dict[str, Any] = {}
     for name, owner in (("matmul", backends.cuda.matmul), ("cudnn", backends.cudnn)):
-        if hasattr(owner, "fp32_precision"):  # torch >= 2.9
-            owner.fp32_precision = "ieee"
-            flags[f"{name}_fp32_precision"] = owner.fp32_precision
+        if hasattr(owner, "fp32_precision"):  # torch >= 2.9 (older stubs do not know it)
+            setattr(owner, "fp32_precision", "ieee")
+            flags[f"{name}_fp32_precision"] = getattr(owner, "fp32_precision")
     flags.update(matmul_allow_tf32=backends.cuda.matmul.allow_tf32, cudnn_allow_tf32=backends.cudnn.allow_tf32)
     return flags
 
@@ -130,6 +130,7 @@ class ProbeContext:
 
             forked = multiprocessing.get_context("fork").Process(target=_run_forked, args=(dict(env), fork))
             forked.start()
+            assert forked.pid is not None  # start() has forked it
             return StartedProcess(forked.pid, lambda: forked.exitcode)
         popen = subprocess.Popen([sys.executable, *argv], env={**os.environ, **env})
         return StartedProcess(popen.pid, popen.poll)

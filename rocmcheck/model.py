@@ -92,7 +92,8 @@ class ExitCode(enum.IntEnum):
 
 def node_status(exit_code: int) -> str:
     """The gate's word for an exit code: GO, NO-GO, or UNKNOWN (no verdict could be reached)."""
-    return {ExitCode.OK: "GO", ExitCode.FAILED: "NO-GO"}.get(exit_code, "UNKNOWN")
+    words: Dict[int, str] = {ExitCode.OK: "GO", ExitCode.FAILED: "NO-GO"}
+    return words.get(exit_code, "UNKNOWN")
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,8 @@ class Report:
         for name in FINGERPRINT_MAPPINGS:
             if name in fingerprint and not isinstance(fingerprint[name], dict):
                 fingerprint[name] = {}
-        records = data.get("verdicts") if isinstance(data.get("verdicts"), list) else []
+        given = data.get("verdicts")
+        records = given if isinstance(given, list) else []
         verdicts = [verdict_from(r) for r in records]
         top = ("schema", "schema_version", "tool", "run", "fingerprint", "verdicts")
         return cls(run=RunInfo.from_dict(data.get("run")), verdicts=[v for v in verdicts if v is not None],

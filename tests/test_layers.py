@@ -1,6 +1,6 @@
 """The guard rails of docs/architecture.md: the import layers and the probe library's wall
-(import-linter's contracts in pyproject.toml) and the lint (ruff), so `make test` fails where a
-change breaks either."""
+(import-linter's contracts in pyproject.toml), the lint (ruff) and the types (mypy), so `make test`
+fails where a change breaks any of them."""
 from __future__ import annotations
 
 import shutil
@@ -46,4 +46,11 @@ def test_a_probe_that_imports_the_engine_breaks_the_wall(tmp_path):
 def test_ruff_finds_nothing():
     done = subprocess.run([_tool("ruff"), "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_mypy_finds_nothing():
+    """The package ships py.typed: its types are a contract with its users' type checkers. The files,
+    and the strict settings for the engine, are pyproject.toml's [tool.mypy]."""
+    done = subprocess.run([_tool("mypy"), "--no-incremental"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

@@ -23,7 +23,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from ..outputs.storage import load_report, write_problem, write_recorded
 
     reports = [load_report(args.baseline), load_report(args.current)]
-    result = compare(*reports, names=(str(args.baseline), str(args.current)))
+    result = compare(reports[0], reports[1], names=(str(args.baseline), str(args.current)))
     sides = [side(args.baseline, reports[0]), side(args.current, reports[1])]
     print(text(sides, result))
     if args.json:

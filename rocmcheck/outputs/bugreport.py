@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, cast
 
 from .. import __version__, registry
 from ..errors import UsageError
@@ -118,12 +118,12 @@ def build(report: Report, anonymize: bool = False, stem: str = "rocmcheck-report
     data = jsonsafe(report.to_dict())  # also bounds the nesting depth of a foreign report
     fingerprint = data["fingerprint"]
     run = {**data["run"], "counts": report.counts()}
-    report = {**data, "run": run, "verdicts": [_with_known_issues(v, fingerprint) for v in data["verdicts"]]}
+    attached = {**data, "run": run, "verdicts": [_with_known_issues(v, fingerprint) for v in data["verdicts"]]}
     redactor = Redactor(anonymize)
-    already = json.dumps(report).count(REDACTED)  # a fresh run is redacted as it is recorded
+    already = json.dumps(attached).count(REDACTED)  # a fresh run is redacted as it is recorded
     if log is not None:
-        report["log"] = {"source": log[0], **explain(log[1], None, redactor)}
-    clean = redactor.data(report)
+        attached["log"] = {"source": log[0], **explain(log[1], None, redactor)}
+    clean = redactor.data(attached)
     scripts, no_repro = _reproducers(clean, redactor, stem, probes_paths)
     notes = [f"{dropped} malformed verdict record(s) in the source were left out."] if dropped else []
     context = {"redaction": redactor.summary(already), "twin": f"{stem}.json", "source": redactor.text(source),
@@ -159,7 +159,7 @@ def _fit(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: Dict
          context: Dict[str, Any], redactor: Redactor) -> tuple:
     """The Markdown, redacted once more as a whole, within GITHUB_BODY_LIMIT, cutting by
     priority; returns (text, cuts)."""
-    trim, cuts = Trim(), []
+    trim, cuts = Trim(), cast(List[str], [])
     text = redactor.text(markdown(report, scripts, no_repro, context, trim, cuts))
     for note, change in TRIM_STEPS:
         if len(text) <= GITHUB_BODY_LIMIT:

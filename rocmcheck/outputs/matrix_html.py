@@ -80,9 +80,9 @@ def html_page(matrix: Dict[str, Any]) -> str:
     body = []
     for row in matrix["rows"]:
         bad = any(c and is_bad(c["status"]) for c in row["cells"])
-        cells = "".join(_td(row["cells"][i], row["variant"], i) for i in order)
+        tds = "".join(_td(row["cells"][i], row["variant"], i) for i in order)
         body.append(f'<tr class="{"bad" if bad else "good"}">'
-                    f'<td class="variant">{escape(row["variant"])}</td>{cells}</tr>')
+                    f'<td class="variant">{escape(row["variant"])}</td>{tds}</tr>')
     legend = " ".join(f'<span style="background:{c};padding:0 4px">{s.upper()}</span>' for s, c in COLOURS.items())
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',

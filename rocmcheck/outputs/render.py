@@ -103,7 +103,7 @@ DOCTOR_OUTCOME_TEXT = {"fix": "FIX", "no-fix": "no fix", "crash": "crashed", "ha
 
 
 def _state_line(result: Mapping[str, Any]) -> str:
-    line = DOCTOR_STATE_TEXT.get(result.get("state"), "{rate}").format(rate=result.get("pass_rate", "?"))
+    line = DOCTOR_STATE_TEXT.get(str(result.get("state")), "{rate}").format(rate=result.get("pass_rate", "?"))
     if result.get("state") == "flaky":
         line += f"; a fix must pass {result.get('required_passes')} in a row"
     return line

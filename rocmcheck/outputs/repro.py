@@ -193,9 +193,10 @@ def _locate(name: str, probe_module: str, probe_file: Path) -> Optional[Tuple[st
         spec = importlib.util.find_spec(name)
     except (ImportError, ValueError, AttributeError):
         return None
-    if spec is None or not (spec.origin or "").endswith(".py"):
+    origin = spec.origin if spec is not None else None
+    if spec is None or origin is None or not origin.endswith(".py"):
         return None
-    return Path(spec.origin).read_text(encoding="utf-8"), spec.submodule_search_locations is not None
+    return Path(origin).read_text(encoding="utf-8"), spec.submodule_search_locations is not None
 
 
 def embedded_sources(probe_module: str, probe_file: Path) -> Sources:

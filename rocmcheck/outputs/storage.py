@@ -232,7 +232,10 @@ def journal_to_report(lines: List[str], what: str) -> Report:
             raise
     header = records[0] if records else None
     check_schema(header, what)
-    verdicts, started, end = [], None, None
+    assert header is not None  # check_schema refuses a missing header
+    verdicts: List[Any] = []
+    started: Optional[Any] = None
+    end: Optional[Dict[str, Any]] = None
     for rec in records[1:]:
         kind = rec.get("record") if isinstance(rec, dict) else None
         if kind == "started":
