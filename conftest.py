@@ -18,6 +18,8 @@ pytest_plugins = ["pytester"]
 settings.register_profile("rocmcheck", deadline=None, derandomize=True, database=None, print_blob=True,
                           max_examples=60)
 settings.load_profile("rocmcheck")
+# `make test-fast` takes this one (--hypothesis-profile): the same derandomized examples, fewer of them
+settings.register_profile("rocmcheck-fast", parent=settings.get_profile("rocmcheck"), max_examples=12)
 
 FAKE_PROBES = Path(__file__).parent / "tests" / "fake_probes"
 
@@ -62,6 +64,111 @@ def run_probes(probe: str = "*", inject: str = "", device: str = "cpu", isolatio
 
 def by_variant(verdicts: List[dict]) -> Dict[str, dict]:
     return {v["variant"]: v for v in verdicts}
+
+
+# --- the fast tier (`make test-fast`): no test that starts a process ------------------------------
+#
+# `children` marks a test that starts real processes (the runner's children, a venv, a subprocess);
+# `make test-fast` deselects it and `slow` with `-m "not slow and not children"`. A test is marked
+# by what it uses: the fixtures below, or the `run_probes` helper named in its body; one that starts a
+# process some other way is marked by hand. What keeps the marks right when a test is added: the fast
+# tier runs with ROCMCHECK_TEST_NO_CHILDREN=1, and there a test that starts a process fails at once,
+# naming the mark it lacks, instead of making the tier slow.
+
+CHILD_FIXTURES = frozenset({"rocm_run", "isolation"})  # fixtures that start children whatever they are given
+CHILD_HELPERS = frozenset({"run_probes", "make_venv", "linked_venv", "run_in"})  # helpers here that do
+NO_CHILDREN_ENV = "ROCMCHECK_TEST_NO_CHILDREN"
+
+
+def names_in(code) -> set:
+    """The global names a code object and the functions nested in it use."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= names_in(const)
+    return names
+
+
+def starts_children(item: pytest.Item) -> bool:
+    """Whether `item` starts processes through a fixture or helper this file provides: itself, or
+    one of the fixtures it uses (theirs included, so a module's shared recorded run counts)."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if CHILD_FIXTURES & fixtures:
+        return True
+    functions = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for name in fixtures:
+        for fixturedef in (info.name2fixturedefs.get(name, ()) if info else ()):
+            functions.append(fixturedef.func)
+    return any(hasattr(f, "__code__") and CHILD_HELPERS & names_in(f.__code__) for f in functions)
+
+
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("children") is None and starts_children(item):
+            item.add_marker(pytest.mark.children)
+
+
+class StartedChild(BaseException):
+    """A BaseException, so that a probe's or the engine's `except Exception` cannot swallow it."""
+
+
+_current: List[pytest.Item] = []  # the test running now, for the guard below
+_started: List[str] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item):
+    _current[:] = [item]
+    _started.clear()
+    yield
+    _current.clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_children_in_fast_tier():
+    """Under ROCMCHECK_TEST_NO_CHILDREN=1 (`make test-fast`), a test not marked `children` that starts
+    a process fails (from the first fixture on: a module's shared fixture counts). Patched in the
+    process that runs the tests, never in pytest-xdist's controller, which starts the workers."""
+    if os.environ.get(NO_CHILDREN_ENV) != "1":
+        yield
+        return
+    originals = {(subprocess.Popen, "_execute_child"): subprocess.Popen._execute_child,
+                 (os, "fork"): os.fork}
+    if hasattr(os, "posix_spawn"):
+        originals[(os, "posix_spawn")] = os.posix_spawn
+
+    def guard(what: str, original):
+        def guarded(*args, **kwargs):
+            item = _current[0] if _current else None
+            if item is None or item.get_closest_marker("children"):
+                return original(*args, **kwargs)
+            _started.append(what)
+            raise StartedChild(f"{item.nodeid} starts a process ({what}) in the fast tier: mark it "
+                               "@pytest.mark.children, or use a fixture that marks it (conftest.py)")
+        return guarded
+
+    for (owner, name), original in originals.items():
+        setattr(owner, name, guard(f"{getattr(owner, '__name__', owner)}.{name}", original))
+    yield
+    for (owner, name), original in originals.items():
+        setattr(owner, name, original)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    outcome = yield
+    if outcome.excinfo and isinstance(outcome.excinfo[1], StartedChild):
+        _started.clear()  # it failed the test itself: said once is enough
+
+
+@pytest.fixture(autouse=True)
+def _fail_if_a_child_was_started():
+    """The guard's exception can be caught by code that catches BaseException: fail all the same."""
+    yield
+    if _started:
+        pytest.fail(f"started a process ({_started[0]}) in the fast tier: mark the test @pytest.mark.children",
+                    pytrace=False)
 
 
 @pytest.fixture(autouse=True)

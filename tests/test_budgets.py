@@ -88,6 +88,7 @@ def test_the_default_limits_are_bounded_and_sized_for_a_cold_cache():
     assert 63 < options.FIRST_USE_LIMIT_S <= 120 and 63 < watchdog.STARTUP_LIMIT_S <= 120
 
 
+@pytest.mark.children
 def test_hangs_get_their_verdict_within_the_timeout_from_the_command_line(tmp_path):
     """As issue 21 met them: a backward hang in numerics[autocast-bf16] (its backward was inside
     first use, so bounded by 600 s) and `--inject hang` on device-smoke (the fault blocked before

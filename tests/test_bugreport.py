@@ -40,6 +40,7 @@ def _saved_report(tmp_path: Path, verdicts, **extra) -> Path:
     return path
 
 
+@pytest.mark.children
 def test_from_a_saved_run_failing_first_with_evidence_known_issues_matrix_doctor(tmp_path, capsys):
     hang_stack = 'Thread 0x7f (most recent call first):\n  File "/home/alice/probes/attention.py", line 40 in backward'
     verdicts = [
@@ -78,6 +79,7 @@ def test_from_a_saved_run_failing_first_with_evidence_known_issues_matrix_doctor
     assert "wrote" in capsys.readouterr().out
 
 
+@pytest.mark.children
 def test_markdown_fits_a_github_issue_and_says_what_was_cut(tmp_path):
     tail = "\n".join(f"line {i} " + "x" * 70 for i in range(60))
     verdicts = [_verdict(f"device-smoke[case{i}]", "fail", f"wrong {i}", output_tail=tail) for i in range(60)]
@@ -99,6 +101,7 @@ def test_markdown_fits_a_github_issue_and_says_what_was_cut(tmp_path):
     assert len(bug.reproducers) == 60 and "big-repro-device-smoke-case0.py" in bug.markdown
 
 
+@pytest.mark.children
 def test_thousands_of_verdicts_and_a_huge_fingerprint_still_fit(tmp_path):
     verdicts = [_verdict(f"gone-probe[{i}]", "crash", f"Memory access fault {i}") for i in range(1500)]
     verdicts += [_verdict(f"config-lint[w{i}]", "warn", "risky " * 20) for i in range(300)]
@@ -115,6 +118,7 @@ def test_thousands_of_verdicts_and_a_huge_fingerprint_still_fit(tmp_path):
     assert huge.data["bug_report"]["markdown_cut"][-1] == "everything past the GitHub issue limit"
 
 
+@pytest.mark.children
 def test_partial_journal_is_reported_as_partial(tmp_path):
     journal = tmp_path / "run.jsonl"
     lines = [{"record": "header", "schema": SCHEMA, "schema_version": "1.0", "run": {"id": "j"}, "fingerprint": {}},
@@ -127,6 +131,7 @@ def test_partial_journal_is_reported_as_partial(tmp_path):
     assert "PARTIAL: interrupted during attention-model[math]" in out.read_text()
 
 
+@pytest.mark.children
 @pytest.mark.parametrize("args,message", [
     (["--probe", "no-such-probe", "--device", "cpu"], "unknown probe id 'no-such-probe'"),
     (["--from", "{missing}"], "cannot read"),
@@ -151,6 +156,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     assert list(tmp_path.glob("*.md")) == []
 
 
+@pytest.mark.children
 def test_help_and_from_do_not_import_torch(tmp_path):
     import subprocess
 
@@ -165,6 +171,7 @@ def test_help_and_from_do_not_import_torch(tmp_path):
     assert (tmp_path / "r-repro-device-smoke.py").is_file()
 
 
+@pytest.mark.children
 def test_without_from_it_reports_the_newest_complete_run_and_says_so(tmp_path, monkeypatch, capsys):
     """Issue 21, section 8: `report` alone re-ran the whole full profile (about 4 minutes) without a
     word. The newest complete run in the out-dir is used and named; a partial run, an older run

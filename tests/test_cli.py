@@ -16,6 +16,7 @@ def cli(*args: str, env=None, cwd=None) -> subprocess.CompletedProcess:
                           timeout=300, env=env, cwd=cwd)
 
 
+@pytest.mark.children
 @pytest.mark.parametrize("args,message", [
     (["run", "--probe", "no-such-probe"], "unknown probe id 'no-such-probe'"),
     (["run", "--device", "gpu7"], "--device must be auto, all, cpu or cuda:N[,M...]"),
@@ -37,6 +38,7 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.children
 def test_help_and_list_do_not_import_torch():
     code = ("import sys, contextlib, io; from rocmcheck import cli\n"
             "for argv in (['--help'], ['env', '--help'], ['list'], ['list', '--faults']):\n"
@@ -48,6 +50,7 @@ def test_help_and_list_do_not_import_torch():
     assert out.stdout.strip().splitlines()[-1] == "False"
 
 
+@pytest.mark.children
 def test_list_shows_variants_timeouts_and_gate_membership():
     out = cli("list", "--probes-path", FAKE, "--probe", "fake-p*")
     assert out.returncode == 0
@@ -58,6 +61,7 @@ def test_list_shows_variants_timeouts_and_gate_membership():
         assert name in faults.stdout
 
 
+@pytest.mark.children
 def test_run_exit_codes_and_files(tmp_path):
     ok = cli("run", "--device", "cpu", "--probes-path", FAKE, "--probe", "fake-pass", "--probe", "fake-skip",
              "--out-dir", str(tmp_path / "a"))
@@ -73,6 +77,7 @@ def test_run_exit_codes_and_files(tmp_path):
     assert "FAIL `fake-fail`" in (tmp_path / "r.md").read_text()
 
 
+@pytest.mark.children
 def test_gate_go_and_no_go(tmp_path):
     go = cli("gate", "--device", "cpu", "--probes-path", FAKE, "--require", "fake-pass", "--out-dir", str(tmp_path))
     assert go.returncode == 0, go.stderr
@@ -83,12 +88,14 @@ def test_gate_go_and_no_go(tmp_path):
     assert "NO-GO" in nogo.stdout and "CRASH fake-abort" in nogo.stdout and "SIGABRT" in nogo.stdout
 
 
+@pytest.mark.children
 def test_gate_fails_when_a_fault_is_injected(tmp_path):
     out = cli("gate", "--device", "cpu", "--require", "device-smoke", "--inject", "copy-zeros",
               "--out-dir", str(tmp_path))
     assert out.returncode == 1 and "FAIL device-smoke" in out.stdout
 
 
+@pytest.mark.children
 def test_env_reports_torch_and_host_facts(tmp_path):
     mi250x = Path(__file__).parent / "fixtures" / "nodehealth" / "mi250x"  # a card with a page pending retirement
     host = {**__import__("os").environ, "ROCMCHECK_HOST_ROOT": str(mi250x)}
@@ -106,6 +113,7 @@ def test_env_reports_torch_and_host_facts(tmp_path):
            "0 failed; PCIe replays 0; junction 41 C (critical 110)" in text.stdout
 
 
+@pytest.mark.children
 def test_runs_from_any_directory(tmp_path):
     out = cli("run", "--device", "cpu", "--probe", "device-smoke", "--out-dir", "out", cwd=tmp_path)
     assert out.returncode == 0, out.stderr

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from conftest import make_host
 from rocmcheck.cli import main
 from rocmcheck.cli.env import inventory_rows
@@ -55,6 +57,7 @@ def test_runtime_versions_from_show_config():
         {"hip_runtime": "6.4.43482", "miopen_runtime": "3.4.0", "hipblaslt": None}
 
 
+@pytest.mark.children
 def test_nvidia_driver_comes_from_proc_without_nvidia_smi(fake_host, capsys):
     fake_host(nvidia=1)
     assert main(["env", "--json"]) == 0
@@ -79,6 +82,7 @@ def test_a_cuda_build_on_a_host_without_gpu_says_so():
     assert fingerprint.summary(fp) == "cpu / cpu / torch 2.13.0+cpu / Linux"
 
 
+@pytest.mark.children
 def test_env_text_shows_the_hosts_gpu_inventory(tmp_path):
     """The README promises `rocmcheck env` shows the host's inventory: it showed torch's view only."""
     gpus = hostgpu.read(make_host(tmp_path, amd=2), (0, []), environ={"HIP_VISIBLE_DEVICES": "1"}).to_dict()

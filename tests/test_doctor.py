@@ -82,6 +82,7 @@ def rows(result):
     return {c["id"]: c for c in result["candidates"]}
 
 
+@pytest.mark.children
 def test_copy_zeros_and_matmul_nan_each_fixed_by_exactly_their_workaround(tmp_path, capsys):
     out = tmp_path / "doctor.json"
     code = main(["doctor", "--probe", "device-smoke", "--probe", "gemm", "-k", "device-smoke or fp32-default",
@@ -121,6 +122,7 @@ def test_copy_zeros_and_matmul_nan_each_fixed_by_exactly_their_workaround(tmp_pa
     assert "## Doctor" in run_md and "export HSA_ENABLE_SDMA=0" in run_md
 
 
+@pytest.mark.children
 def test_corrupt_worker_batches_are_fixed_by_loading_in_the_main_process_only(tmp_path, capsys):
     out = tmp_path / "doctor.json"
     code = main(["doctor", "--probe", "workers-dataloader", "-k", "workers-dataloader[2]", "--device", "cpu",
@@ -133,6 +135,7 @@ def test_corrupt_worker_batches_are_fixed_by_loading_in_the_main_process_only(tm
     assert "num_workers=0" in result["snippet"]
 
 
+@pytest.mark.children
 def test_candidates_that_crash_or_hang_are_reported_and_doctor_goes_on(fakes, tmp_path, monkeypatch, capsys):
     issues = tmp_path / "issues.json"
     issues.write_text(json.dumps({"issues": [{"id": "doc-known", "probe": "doc-env", "title": "known",
@@ -156,6 +159,7 @@ def test_candidates_that_crash_or_hang_are_reported_and_doctor_goes_on(fakes, tm
     assert "crashed" in text and "hung" in text
 
 
+@pytest.mark.children
 def test_flaky_variant_from_a_saved_run_gets_its_pass_rate_and_no_false_fix(fakes, tmp_path, capsys):
     run = tmp_path / "run.json"
     assert main(["run", *fakes[:2], *fakes[4:], "--probe", "doc-flaky", "-k", "one", "--json", str(run)]) == 1
@@ -174,6 +178,7 @@ def test_flaky_variant_from_a_saved_run_gets_its_pass_rate_and_no_false_fix(fake
     assert "flaky: passes 2/3 re-runs as it is; a fix must pass 8 in a row" in text
 
 
+@pytest.mark.children
 def test_tiny_budget_stops_before_any_attempt_and_lists_untried_candidates(fakes, tmp_path, capsys):
     out = tmp_path / "d.json"
     code = main(["doctor", *fakes, "--probe", "doc-slow", "-k", "one", "--budget", "1", "--json", str(out)])
@@ -219,6 +224,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     assert err.startswith("rocmcheck: error:") and err.count("\n") == 1 and message in err
 
 
+@pytest.mark.children
 def test_help_and_bad_input_do_not_import_torch(tmp_path):
     code = textwrap.dedent(f"""
         import sys

@@ -81,6 +81,7 @@ def test_requirements_name_the_reason():
     assert Requires(gpu=True).unmet(gpu1, "linux") is None
 
 
+@pytest.mark.children
 def test_probe_modules_import_without_torch_or_numpy():
     code = ("import sys; from rocmcheck import registry, faults; specs = registry.load_all(); faults.catalogue(); "
             "import rocmcheck.cli; print(len(specs), *sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
@@ -269,6 +270,7 @@ def test_a_broken_user_known_issues_file_is_a_usage_error(tmp_path, monkeypatch)
 # --- runner behaviours --------------------------------------------------------------------
 
 
+@pytest.mark.children
 def test_zygote_child_that_cannot_init_the_gpu_falls_back_to_spawn(monkeypatch):
     from rocmcheck.engine.options import RunOptions
     from rocmcheck.engine.runner import Runner
@@ -283,6 +285,7 @@ def test_zygote_child_that_cannot_init_the_gpu_falls_back_to_spawn(monkeypatch):
     assert any("fell back to spawn" in n for n in report["run"]["notes"])
 
 
+@pytest.mark.children
 def test_unkillable_child_is_abandoned_and_later_gpu_probes_skip(monkeypatch):
     from rocmcheck.engine import isolation as isolation_mod
     from rocmcheck.engine.options import RunOptions
@@ -318,6 +321,7 @@ class _NeverDies(ChildProcess):
         return None
 
 
+@pytest.mark.children
 def test_watchdog_gives_up_on_an_unkillable_child_in_bounded_time():
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     r, w = os.pipe()
@@ -477,6 +481,7 @@ def _child_ignoring(*signals: str) -> ChildProcess:
     return ChildProcess(popen.pid, out_r, life_w, popen=popen)
 
 
+@pytest.mark.children
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals")
 @pytest.mark.parametrize("grace", [0.1, 2.5])
 def test_a_child_ignoring_sigterm_is_sigkilled_after_the_policys_grace(grace):
@@ -502,6 +507,7 @@ def test_a_kill_policy_ends_with_sigkill_and_names_its_steps():
     assert dict(KillPolicy().steps)[KILL] == 30.0  # a GPU process in driver teardown: docs/isolation.md §7
 
 
+@pytest.mark.children
 def test_timeout_runs_from_the_childs_start_not_from_its_launch(tmp_path):
     """A slow interpreter start (a loaded machine importing torch) is not a hang."""
     files = TaskFiles(str(tmp_path / "task"))
@@ -516,6 +522,7 @@ def test_timeout_runs_from_the_childs_start_not_from_its_launch(tmp_path):
     assert end.elapsed_s < 0.9  # measured from the start marker, not from the launch
 
 
+@pytest.mark.children
 def test_child_that_never_starts_its_task_is_a_hang_saying_so(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
     r, w = os.pipe()
@@ -540,6 +547,7 @@ def test_a_probes_preload_is_imported_before_it_runs_and_only_when_selected(rocm
     assert (first["status"], second["status"]) == ("pass", "pass"), (first["message"], second["message"])
 
 
+@pytest.mark.children
 def test_device_that_is_not_present_is_a_usage_error():
     from rocmcheck.engine.options import RunOptions
     from rocmcheck.engine.runner import Runner
@@ -548,6 +556,7 @@ def test_device_that_is_not_present_is_a_usage_error():
         Runner(RunOptions(device="cuda:3", write_files=False)).run([])
 
 
+@pytest.mark.children
 @pytest.mark.parametrize("command", [["gate", "--out-dir", "out"], ["run", "--out-dir", "out"], ["env"]],
                          ids=["gate", "run", "env"])
 def test_a_device_that_is_not_present_leaves_no_folder_in_tmpdir(tmp_path, command):
@@ -561,6 +570,7 @@ def test_a_device_that_is_not_present_leaves_no_folder_in_tmpdir(tmp_path, comma
     assert [p.name for p in tmpdir.iterdir() if not p.name.startswith("torchinductor_")] == []
 
 
+@pytest.mark.children
 def test_the_suite_keeps_the_temporary_folders_of_failed_tests_only(request):
     """Issue 31: `make test` left 1.2 GB of temporary folders, those of passing tests included."""
     assert request.config.getini("tmp_path_retention_policy") == "failed"
@@ -578,6 +588,7 @@ def test_an_interrupted_gate_in_python_is_no_verdict_not_no_go(monkeypatch):
         gate_api.gate(device="cpu", probes_path=[FAKE], verbose=False)
 
 
+@pytest.mark.children
 def test_long_first_use_is_reported_as_it_goes_and_counted_in_the_duration(tmp_path, monkeypatch):
     """compile's duration read 0.19 s for 72 s with nothing printed meanwhile: the duration is
     wall time, first use included, and each FIRST_USE_PROGRESS_S of first use is said."""

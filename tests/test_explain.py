@@ -152,6 +152,7 @@ def test_a_megabyte_single_line_is_quoted_around_its_match():
     assert len(hit["lines"][0]["text"]) < 300
 
 
+@pytest.mark.children
 def test_on_this_machine_the_log_is_held_against_its_gpu_and_wheel(fake_host, capsys, tmp_path):
     root = fake_host(amd=1)
     (root / "sys/class/kfd/kfd/topology/nodes/1/properties").write_text("gfx_target_version 100301\n")
@@ -344,6 +345,7 @@ def test_arch_advice_names_the_wheel_the_family_override_or_the_wrong_override(c
     assert ("HSA_OVERRIDE_GFX_VERSION=10.3.0 (" in advice) == (card == "gfx1031" and arch_list is None)
 
 
+@pytest.mark.children
 def test_gate_names_hip_no_binary_and_the_fix_when_the_runtime_aborts(fake_host, tmp_path, monkeypatch, capsys):
     """The fault prints HIP's text and aborts at the first GPU runtime call, in the device-facts
     child and in every probe child, as a wheel without the card's code objects does."""

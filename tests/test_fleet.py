@@ -25,6 +25,7 @@ def _stdout_document(capsys) -> dict:
     return json.loads(out.out), out.err  # stdout must parse as exactly one document
 
 
+@pytest.mark.children
 def test_go_node_verdict_is_the_only_thing_on_stdout(tmp_path, capsys):
     code = main(["gate", "--device", "cpu", "--probe", "device-smoke", "--probe", "gpu-visible",
                  "--out-dir", str(tmp_path), "--json", "-"])
@@ -35,6 +36,7 @@ def test_go_node_verdict_is_the_only_thing_on_stdout(tmp_path, capsys):
     assert Path(doc["reports"]["json"]).is_file()
 
 
+@pytest.mark.children
 def test_no_go_node_verdict_names_each_failure_with_an_action(tmp_path, capsys):
     code = main(["gate", "--device", "cpu", "--probe", "device-smoke", "--probe", "transfer",
                  "-k", "device-smoke or to-training",
@@ -61,6 +63,7 @@ def test_recommended_action_per_failure(verdict, on_gpu, start):
     assert node.action(Verdict.from_dict({"probe": "p", "variant": "p", **verdict}), on_gpu).startswith(start)
 
 
+@pytest.mark.children
 def test_a_gpu_host_whose_torch_cannot_use_it_is_no_go_with_reinstall(fake_host, tmp_path, capsys):
     fake_host(amd=1)
     assert main(["gate", "--out-dir", str(tmp_path), "--json", "-"]) == 1
@@ -101,6 +104,7 @@ def _node_report(path: Path, host: str, statuses: dict) -> None:
                                                   "run": {"id": host}, "fingerprint": fp, "verdicts": verdicts})))
 
 
+@pytest.mark.children
 def test_matrix_of_a_folder_of_node_reports_puts_the_worst_nodes_first(tmp_path, capsys):
     fleet = tmp_path / "fleet"
     fleet.mkdir()
@@ -148,6 +152,7 @@ def _prolog(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProce
                           env=environ, timeout=300)
 
 
+@pytest.mark.children
 def test_slurm_prolog_passes_a_good_node_and_drains_a_bad_one(tmp_path):
     narrow = ("--device", "cpu", "--probe", "device-smoke")
     good = _prolog(tmp_path, *narrow)

@@ -129,6 +129,7 @@ def test_a_user_outside_the_video_group_on_nvidia(tmp_path):
         .readable_writable
 
 
+@pytest.mark.children
 def test_module_prints_the_pip_arguments_for_make(tmp_path):
     env = {"ROCMCHECK_HOST_ROOT": str(make_host(tmp_path, amd=1)), "PATH": "/usr/bin:/bin"}
     run = subprocess.run([sys.executable, "-m", "rocmcheck.host.hostgpu", "--no-gpu-requirement", "torch==2.13.0"],
@@ -143,6 +144,7 @@ def test_module_prints_the_pip_arguments_for_make(tmp_path):
 # --- through the real runner: the gate on a fake GPU host with this CPU build of torch ----------
 
 
+@pytest.mark.children
 def test_gate_on_an_amd_host_with_a_cpu_torch_is_no_go_and_names_the_rocm_build(fake_host, tmp_path, capsys):
     fake_host(amd=1)
     assert main(["gate", "--out-dir", str(tmp_path), "--json", str(tmp_path / "g.json")]) == 1
@@ -155,6 +157,7 @@ def test_gate_on_an_amd_host_with_a_cpu_torch_is_no_go_and_names_the_rocm_build(
     assert others and all(v["status"] == "skip" and "torch cannot use this host's GPU" in v["message"] for v in others)
 
 
+@pytest.mark.children
 def test_explicit_cpu_on_a_gpu_host_still_runs_the_self_test(fake_host, tmp_path, capsys):
     fake_host(amd=1)
     assert main(["gate", "--device", "cpu", "--probe", "gpu-visible", "--probe", "device-smoke",
@@ -167,6 +170,7 @@ def test_explicit_cpu_on_a_gpu_host_still_runs_the_self_test(fake_host, tmp_path
     assert "\nGO" in capsys.readouterr().out
 
 
+@pytest.mark.children
 def test_nvidia_host_with_a_cpu_torch_is_no_go_even_when_the_gate_is_narrowed(fake_host, tmp_path, capsys):
     fake_host(nvidia=1)
     assert main(["gate", "--require", "device-smoke", "--out-dir", str(tmp_path)]) == 1
@@ -179,6 +183,7 @@ def test_gpu_visible_passes_on_a_host_without_gpu(rocm_run):
     assert verdict["status"] == "pass" and verdict["measurements"]["host_amd_gpus"] == 0
 
 
+@pytest.mark.children
 def test_env_reports_the_host_inventory(fake_host, capsys):
     fake_host(amd=1)
     assert main(["env", "--json"]) == 0

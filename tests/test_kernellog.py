@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from conftest import FAKE_PROBES as FAKE
 from rocmcheck import registry
 from rocmcheck.engine.isolation import Isolation
@@ -51,6 +53,7 @@ def test_matcher_keeps_only_lines_since_the_variant_started():
     assert kernellog.parse(kmsg(12.5, RESET)) == (12.5, RESET)
 
 
+@pytest.mark.children
 def test_unreadable_log_is_said_in_the_evidence(monkeypatch, tmp_path):
     monkeypatch.setenv(kernellog.LOG_ENV, str(tmp_path / "missing"))
     evidence = kernellog.evidence(0.0)
@@ -83,6 +86,7 @@ def test_runner_puts_new_kernel_log_lines_in_a_bad_gpu_verdict(monkeypatch, tmp_
     assert bad["evidence"]["kernel_log"] == [f"amdgpu-page-fault: {PAGE_FAULT}"]  # the old Xid is not this run's
 
 
+@pytest.mark.children
 def test_runner_says_when_the_kernel_log_cannot_be_read(monkeypatch, tmp_path):
     monkeypatch.setenv(kernellog.LOG_ENV, str(tmp_path / "no-such-log"))
     bad = _run_on_a_gpu(monkeypatch, ["fake-fail"])["fake-fail"]

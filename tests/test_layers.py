@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -17,12 +19,14 @@ def _tool(name: str) -> str:
     return found
 
 
+@pytest.mark.children
 def test_the_import_layers_hold():
     done = subprocess.run([_tool("lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
+@pytest.mark.children
 def test_a_probe_that_imports_the_engine_breaks_the_wall(tmp_path):
     """The probes' contract reads probes/ (outside rocmcheck/, where grimp would not look): in a copy, a
     probe importing the runner, or a module the contract has never heard of, is reported."""
@@ -43,6 +47,7 @@ def test_a_probe_that_imports_the_engine_breaks_the_wall(tmp_path):
     assert "rocmcheck.torchapi" not in broken and "rocmcheck.faults" not in broken  # the probe API stays allowed
 
 
+@pytest.mark.children
 def test_ruff_finds_nothing():
     done = subprocess.run([_tool("ruff"), "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)

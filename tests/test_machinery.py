@@ -148,6 +148,7 @@ def test_server_killed_before_the_first_probe_and_between_probes(tmp_path, isola
     assert survivors(piddir) == []
 
 
+@pytest.mark.children
 @pytest.mark.parametrize("sig", ["SIGKILL", "SIGSEGV"])
 def test_standby_killed_as_its_task_is_handed_over_runs_the_task_again(tmp_path, monkeypatch, piddir, sig):
     """The OOM killer's SIGKILL can land between the standby's liveness check and its reading
@@ -208,6 +209,7 @@ def test_daemons_are_killed_when_their_probe_ends_and_named(tmp_path, isolation,
     assert survivors(piddir) == []
 
 
+@pytest.mark.children
 def test_only_processes_carrying_the_childs_token_are_matched():
     from rocmcheck.engine.launch import new_token, pids_now
     from rocmcheck.engine.proctree import TOKEN_ENV, leftovers
@@ -363,6 +365,7 @@ def test_clean_text_is_safe_and_stable(value):
     assert "\r" not in once and clean(once) == once
 
 
+@pytest.mark.children
 @settings(max_examples=3, phases=[Phase.explicit, Phase.reuse, Phase.generate])  # each example is a pytest run
 @given(st.lists(st.tuples(HOSTILE, st.binary(max_size=40)), min_size=4, max_size=4))
 def test_hostile_text_reaches_every_output_safe(tmp_path_factory, payloads):

@@ -284,6 +284,7 @@ def test_missing_file_is_a_usage_error(tmp_path: Path, capsys) -> None:
     assert "cannot read" in capsys.readouterr().err
 
 
+@pytest.mark.children
 def test_matrix_and_diff_never_import_torch(tmp_path: Path) -> None:
     a = save(tmp_path / "a.json", report({"a": "pass"}))
     b = save(tmp_path / "b.json", report({"a": "fail"}))

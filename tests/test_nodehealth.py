@@ -347,6 +347,7 @@ def test_without_nvml_or_nvidia_smi_each_gpu_names_both(monkeypatch):
     assert nodehealth.judge(health, health, 0).status == "skip"
 
 
+@pytest.mark.children
 def test_a_hung_nvml_is_left_behind_and_nvidia_smi_asked_instead(monkeypatch, tmp_path):
     import threading
 
@@ -396,6 +397,7 @@ def bump(ctx):
 """
 
 
+@pytest.mark.children
 def test_gate_on_two_gpus_reads_counters_before_and_after_in_the_parent_and_drains_the_failing_one(tmp_path):
     root = tree(tmp_path, {"0000:10:00.0": "mi300x", "0000:11:00.0": "mi250x"})
     (tmp_path / "probes").mkdir()

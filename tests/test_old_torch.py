@@ -10,6 +10,8 @@ import json
 import os
 import time
 
+import pytest
+
 from conftest import by_variant, probe_module, run_probes
 
 
@@ -66,6 +68,7 @@ def test_a_checks_exception_is_its_result_and_the_others_still_run(monkeypatch):
         "ImportError: cannot import name 'fully_shard' from 'torch.distributed.fsdp'"
 
 
+@pytest.mark.children
 def test_a_ranks_own_failure_reaches_the_verdict(tmp_path, monkeypatch):
     """Before: 'rank 0 exited with 1 without a result', the rank's exception lost."""
     import torch.distributed  # noqa: F401 - imported before the rank's 0.5 s deadline starts

@@ -51,6 +51,7 @@ def test_the_command_line_wins_and_an_option_not_offered_is_not_read(monkeypatch
     assert RunOptions.build(Given({"device": "auto"})).expect_gpus is None  # `rocmcheck env` offers --device only
 
 
+@pytest.mark.children
 def test_the_plugin_and_the_command_build_equal_options(tmp_path, monkeypatch):
     """The same run asked for through pytest (flags, ini file, environment; a real pytest, which
     writes what its plugin built) and through the command line."""
@@ -76,6 +77,7 @@ def test_the_plugin_and_the_command_build_equal_options(tmp_path, monkeypatch):
         "cuda:1", 5.0, "gate", "segv@fake-pass")
 
 
+@pytest.mark.children
 def test_a_fault_a_probe_module_declares_is_known_to_the_fault_spec(tmp_path, monkeypatch):
     """The probes paths load before the fault spec is checked."""
     monkeypatch.setattr(faults, "_FAULTS", dict(faults._FAULTS))  # the new fault stays in this test

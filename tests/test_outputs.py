@@ -82,6 +82,7 @@ def over_temp(mode: str) -> str:
     return " && ".join(steps)
 
 
+@pytest.mark.children
 @needs_mount
 @pytest.mark.parametrize("setup,why", [(over_temp("ro"), "Read-only file system"),
                                        (over_temp("full"), "No space left on device")], ids=["read-only", "full"])
@@ -98,6 +99,7 @@ def test_gate_decides_in_a_read_only_folder_or_on_a_full_disk(setup, why):
     assert clean(out.stderr), out.stderr
 
 
+@pytest.mark.children
 @needs_mount
 def test_gate_decides_when_the_disk_fills_mid_run(tmp_path):
     """A probe fills the disk the reports go to: the journal stops there, the gate still says
@@ -145,6 +147,7 @@ def cmdline(process: psutil.Process) -> str:
         return ""
 
 
+@pytest.mark.children
 def test_sigterm_during_the_gate_is_unknown_never_no_go(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen([*ROCMCHECK, *GATE, "--require", "fake-pass", "--require", "fake-sleep",
@@ -165,6 +168,7 @@ def test_sigterm_during_the_gate_is_unknown_never_no_go(tmp_path):
     assert psutil.wait_procs(tree, timeout=2)[1] == []
 
 
+@pytest.mark.children
 def test_sigterm_while_the_isolation_server_starts_leaves_no_process(tmp_path):
     """device-smoke makes the server import torch before it is ready: SIGTERM lands in that second."""
     out = tmp_path / "out"
@@ -186,6 +190,7 @@ def test_sigterm_while_the_isolation_server_starts_leaves_no_process(tmp_path):
     assert json.loads(report.read_text())["run"]["partial"] is True
 
 
+@pytest.mark.children
 def test_sigterm_in_the_first_second_is_one_line_and_unknown(tmp_path):
     """SIGTERM while the probe modules load (here a user's probe module that takes its time)."""
     probes, loading = tmp_path / "probes", tmp_path / "loading"
@@ -205,6 +210,7 @@ def test_sigterm_in_the_first_second_is_one_line_and_unknown(tmp_path):
 # --- writing output never costs the verdict ----------------------------------------------
 
 
+@pytest.mark.children
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
 def test_node_verdict_to_a_full_device_keeps_the_verdict(tmp_path):
     out = tmp_path / "out"
@@ -219,6 +225,7 @@ def test_node_verdict_to_a_full_device_keeps_the_verdict(tmp_path):
     assert len(list(out.glob("*.json"))) == 1
 
 
+@pytest.mark.children
 @pytest.mark.parametrize("args", [["list"], ["env"], [*GATE, "--require", "fake-pass"]], ids=["list", "env", "gate"])
 def test_a_reader_that_goes_away_costs_nothing(tmp_path, args):
     """`rocmcheck list | head -1`: here the reader is gone before the first line."""
@@ -233,6 +240,7 @@ def test_a_reader_that_goes_away_costs_nothing(tmp_path, args):
         assert len(list((tmp_path / "reports").glob("*.md"))) == 1
 
 
+@pytest.mark.children
 def test_an_ascii_console_gets_the_verdict(tmp_path):
     out = cli(*GATE, "--require", "fake-pass", cwd=tmp_path, env={**os.environ, "PYTHONIOENCODING": "ascii"})
     assert out.returncode == 0, out.stderr
@@ -240,6 +248,7 @@ def test_an_ascii_console_gets_the_verdict(tmp_path):
     assert len(list((tmp_path / "reports").glob("*.json"))) == 1
 
 
+@pytest.mark.children
 def test_a_posix_locale_lists_the_probes():
     """Python's UTF-8 mode would hide the ASCII locale: PYTHONUTF8=0 is what a strict image sets."""
     out = cli("list", env={**os.environ, "LC_ALL": "POSIX", "PYTHONUTF8": "0"})
@@ -264,6 +273,7 @@ def test_run_ids_differ_for_the_same_pid_and_second(monkeypatch):
     assert sorted([later, first, second])[-1] == later  # still sorted by time
 
 
+@pytest.mark.children
 def test_a_run_never_replaces_or_joins_another_runs_file(tmp_path, monkeypatch):
     path = tmp_path / "rocmcheck-run.json"
     write_atomic(path, "first", replace=False)
@@ -282,6 +292,7 @@ def test_a_run_never_replaces_or_joins_another_runs_file(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new.json", "rocmcheck-run.json", "run.jsonl"]
 
 
+@pytest.mark.children
 @pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o077, 0o600)])
 def test_reports_and_journal_get_one_mode_from_the_umask(tmp_path, umask, mode):
     old = os.umask(umask)
@@ -293,6 +304,7 @@ def test_reports_and_journal_get_one_mode_from_the_umask(tmp_path, umask, mode):
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()} == {"r.json": mode, "r.jsonl": mode}
 
 
+@pytest.mark.children
 @pytest.mark.skipif(not unshare_works("-rfp", "--mount-proc"), reason="no PID namespaces (unshare -rfp)")
 def test_two_nodes_with_pid_1_in_the_same_second_keep_both_reports(tmp_path):
     """Two containers, each rocmcheck as PID 1, start in the same second and write to one shared

@@ -39,6 +39,7 @@ def tree_files() -> set:
     return {f"rocmcheck/{name}" if name.startswith("probes/") else name for name in found}
 
 
+@pytest.mark.children
 def test_wheel_holds_exactly_the_package_tree(wheel):
     in_wheel = {n for n in zipfile.ZipFile(wheel).namelist() if not n.startswith("rocmcheck-")}  # .dist-info aside
     tree = tree_files()
@@ -50,6 +51,7 @@ def test_wheel_holds_exactly_the_package_tree(wheel):
     assert not any(n.startswith("probes/") for n in in_wheel)  # no generic top-level name
 
 
+@pytest.mark.children
 def test_wheel_declares_its_runtime_dependencies_and_entry_points(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
@@ -60,6 +62,7 @@ def test_wheel_declares_its_runtime_dependencies_and_entry_points(wheel):
     assert "rocmcheck = rocmcheck.cli:main" in text and "[pytest11]" in text
 
 
+@pytest.mark.children
 def test_building_the_wheel_prints_no_warning_of_ours(tmp_path):
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                             "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True)
@@ -260,6 +263,7 @@ def test_without_torch_list_env_help_matrix_and_diff_work(bare_venv, gate_report
     assert env["host"]["gpus"]["gpus"] == {"amd": 0, "nvidia": 0}
 
 
+@pytest.mark.children
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_make_gate_installs_rocmcheck_and_torch_only_and_make_test_then_adds_the_extras(tmp_path):
     """Issue 31: `make gate` installed the test and hf extras too, though the README says it installs

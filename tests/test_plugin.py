@@ -83,6 +83,7 @@ def only(directory: Path, pattern: str) -> Path:
     return found[0]
 
 
+@pytest.mark.children
 def test_inert_without_the_flag(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_inert="""
         import sys
@@ -105,12 +106,14 @@ def test_inert_without_the_flag(pytester: pytest.Pytester) -> None:
     assert not (pytester.path / "reports").exists()
 
 
+@pytest.mark.children
 def test_p_no_rocmcheck_turns_it_off(pytester: pytest.Pytester) -> None:
     result = run(pytester, "-p", "no:rocmcheck", "--rocm-matrix")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unrecognized arguments: --rocm-matrix*"])
 
 
+@pytest.mark.children
 def test_every_verdict_maps_to_an_outcome_with_reports_and_junitxml(project: pytest.Pytester) -> None:
     project.makeini("[pytest]\nrocm_timeout = 2\n")  # the ini mirror: the hang is cut at 2 s, not 60
     result = run(project, "--rocm-matrix=out", "--rocm-probes-path=fp", "-k", "fake or test_mine", "-ra",
@@ -149,6 +152,7 @@ def test_every_verdict_maps_to_an_outcome_with_reports_and_junitxml(project: pyt
         assert props["rocmcheck_status"] == status == verdict["status"] and verdict["variant"] == variant
 
 
+@pytest.mark.children
 @pytest.mark.parametrize("args, ini, expected", [
     (["-m", "rocm_gate", "-k", "fake"], "", ["rocmcheck::fake-ok[1]"]),
     (["-k", "fake-ok", "--deselect", "rocmcheck::fake-ok[2]"], "", ["rocmcheck::fake-ok[1]"]),
@@ -162,6 +166,7 @@ def test_selection_understands_probe_items(project: pytest.Pytester, args, ini, 
     assert [line for line in result.stdout.lines if "::" in line] == expected
 
 
+@pytest.mark.children
 def test_selected_items_alone_run_and_injected_faults_fail_them(project: pytest.Pytester) -> None:
     result = run(project, "--rocm-matrix=out", "--rocm-probes-path=fp", "-k", "fake-ok",
                  "--deselect", "rocmcheck::fake-ok[2]", "--rocm-inject", "segv@fake-ok", "--rocm-html=out/m.html")
@@ -174,6 +179,7 @@ def test_selected_items_alone_run_and_injected_faults_fail_them(project: pytest.
     assert "crashed: SIGSEGV" in page
 
 
+@pytest.mark.children
 def test_with_a_baseline_only_regressions_fail(project: pytest.Pytester) -> None:
     baseline = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run": {}, "fingerprint": {},
                 "verdicts": [{"probe": "fake-fail", "variant": "fake-fail", "status": "fail"},
@@ -193,6 +199,7 @@ def test_with_a_baseline_only_regressions_fail(project: pytest.Pytester) -> None
     result.stdout.fnmatch_lines(["XFAIL rocmcheck::fake-fail - fail now, fail in the baseline: not a regression"])
 
 
+@pytest.mark.children
 def test_ctrl_c_leaves_a_partial_report_naming_the_running_probe(project: pytest.Pytester) -> None:
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rocm-matrix=out", "--rocm-probes-path=fp",
             "-k", "fake-hang"]
@@ -222,6 +229,7 @@ def slow(ctx, n):
 """
 
 
+@pytest.mark.children
 def test_xdist_runs_the_probes_one_at_a_time(project: pytest.Pytester, monkeypatch) -> None:
     """With loadgroup working they share one worker; where it silently does not (pytest 9.2 with
     pytest-xdist 3.8, pytest-dev/pytest-xdist#1386) the workers' shared lock keeps them serial."""
@@ -243,6 +251,7 @@ def test_xdist_runs_the_probes_one_at_a_time(project: pytest.Pytester, monkeypat
     assert sorted(v["variant"] for r in reports for v in r["verdicts"]) == [f"slow[{n}]" for n in (1, 2, 3, 4)]
 
 
+@pytest.mark.children
 def test_xdist_mode_that_could_run_probes_concurrently_is_refused(project: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     result = run(project, "-p", "xdist", "-n", "2", "--rocm-matrix", "--rocm-probes-path=fp")
@@ -250,6 +259,7 @@ def test_xdist_mode_that_could_run_probes_concurrently_is_refused(project: pytes
     result.stderr.fnmatch_lines(["ERROR: rocmcheck: probes share one GPU*--dist load cannot promise*loadgroup*"])
 
 
+@pytest.mark.children
 @pytest.mark.parametrize("args, ini, message", [
     (["--rocm-device", "gpu7"], "", "--rocm-device must be auto, all, cpu or cuda:N[,M...], not 'gpu7'"),
     ([], "rocm_isolation = fork", "ini option rocm_isolation must be zygote or spawn, not 'fork'"),

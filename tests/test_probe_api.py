@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RANK_PROGRAM = {("multigpu.py", "run_check"), ("multigpu.py", "check_fsdp")}
 
 
+@pytest.mark.children
 def test_progress_is_one_line_of_output_that_is_out_before_the_process_dies():
     """A hung probe is killed: a progress line still in a buffer would never reach the verdict."""
     code = ("import os; from rocmcheck.context import ProbeContext; "
@@ -28,6 +29,7 @@ def test_progress_is_one_line_of_output_that_is_out_before_the_process_dies():
     assert done.stdout == "gemm: split-k backward\n"
 
 
+@pytest.mark.children
 def test_a_lazy_handle_imports_on_first_use_and_reads_the_live_module(tmp_path, monkeypatch):
     (tmp_path / "lazy_target.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -83,6 +85,7 @@ def test_the_built_in_probes_use_the_one_api():
     assert not found, "\n".join(found)
 
 
+@pytest.mark.children
 def test_the_check_of_the_one_api_sees_each_breach(tmp_path):
     """A probe written the old ways, breach by breach: the check above must name every one."""
     probe = tmp_path / "old_ways.py"
@@ -135,6 +138,7 @@ def test_arguments_still_name_variants_and_where_they_run():
     assert spec.runs_in is RunsIn.OWN_CHILD and [v.id for v in spec.expand()] == ["sized-check[1]", "sized-check[2]"]
 
 
+@pytest.mark.children
 @pytest.mark.parametrize("declared, said", [
     ("own_child=True", "cannot load probe module '{path}': TypeError: @rocmcheck.probe(own_child=...) is gone: "
                        "write runs_in='own-child'"),
@@ -164,6 +168,7 @@ def _readme_blocks() -> list:
     return [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
 
 
+@pytest.mark.children
 def test_the_readmes_probe_is_short_and_its_test_passes(tmp_path, monkeypatch):
     """The README's example, exactly: a probe in under 20 lines, proven by run_inline (pass, and fail
     under the fault it must catch)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import by_variant, probe_module
+from rocmcheck.testing import Status, run_inline
 
 OUR_PROBES = ("transfer", "numerics", "gemm", "training")
 OURS = "(transfer[ or numerics[ or gemm[ or training[) and not hf-training["  # -k expression: our variants only
@@ -115,28 +116,28 @@ def test_nan_in_a_matmul_fails_gemm_and_numerics(rocm_run):
     assert verdicts["gemm[bf16-default]"]["measurements"]["split-k_nans"] == 1
 
 
-def test_excess_zeros_in_a_product_fail_gemm(rocm_run):
-    (v,) = rocm_run(probe="gemm", keyword="fp32-default", inject="matmul-zeros")
-    assert v["status"] == "fail" and "exact zeros" in v["message"]
-    m = v["measurements"]
+def test_excess_zeros_in_a_product_fail_gemm():
+    v = run_inline("gemm", dtype="fp32", blas="default", inject="matmul-zeros")  # in this process: no child needed
+    assert v.status is Status.FAIL and "exact zeros" in v.message
+    m = v.measurements
     assert m["tall-skinny_zeros"] == 40000 and m["square_zeros"] == 192 * 192 // 2
 
 
-def test_excess_zeros_in_a_product_fail_numerics_ops_however_near_zero_the_rest_may_round(rocm_run):
+def test_excess_zeros_in_a_product_fail_numerics_ops_however_near_zero_the_rest_may_round():
     """Half of every product zeroed: matmul and linear fail on the zeros outside the tolerance (most of the
     half; the few whose reference is within the tolerance of zero are not counted), conv2d stays clean."""
-    verdicts = by_variant(rocm_run(probe="numerics", keyword="ops", inject="matmul-zeros"))
     for variant, (dtype, elements) in {"numerics[ops-bf16]": ("bfloat16", 6912),
                                        "numerics[ops-fp16]": ("float16", 6912)}.items():
-        v = verdicts[variant]
-        m = v["measurements"]
-        assert v["status"] == "fail" and v["message"].startswith(f"{dtype} matmul: "), v["message"]
-        assert "unexpected zeros" in v["message"] and "linear: " in v["message"] and "conv2d" not in v["message"]
+        v = run_inline("numerics", check="ops", dtype=variant.split("-")[1].rstrip("]"), inject="matmul-zeros")
+        m = v.measurements
+        assert v.status is Status.FAIL and v.message.startswith(f"{dtype} matmul: "), v.message
+        assert "unexpected zeros" in v.message and "linear: " in v.message and "conv2d" not in v.message
         assert m["matmul_zero_fraction"] == m["linear_zero_fraction"] == 0.5
         assert m["matmul_bad"] == m["matmul_zeros"] > 0.8 * (elements // 2) and m["matmul_first_bad"] >= elements // 2
         assert m["linear_bad"] == m["linear_zeros"] > 0 and m["conv2d_bad"] == m["conv2d_zeros"] == 0
 
 
+@pytest.mark.children
 def test_list_shows_every_variant_with_its_profile():
     out = subprocess.run([sys.executable, "-m", "rocmcheck", "list", *(f"--probe={p}" for p in OUR_PROBES)],
                          capture_output=True, text=True, check=True, cwd=ROOT).stdout
@@ -263,6 +264,7 @@ def cgroup_tree(root, v2=None, v1=None, path="/job/step"):
 MIB = 1 << 20
 
 
+@pytest.mark.children
 def test_cgroup_limits_are_read_at_every_level(tmp_path):
     free = probe_module("transfer").cgroup_free_bytes
     assert free(tmp_path) is None  # no /proc/self/cgroup

@@ -218,6 +218,7 @@ def test_rank_deadline_runs_from_the_task_start_under_spawn_isolation(rocm_run, 
 # --- row 15: ranks in fresh interpreters from a source checkout ------------------------------------
 
 
+@pytest.mark.children
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="builds a POSIX virtual environment")
 def test_fresh_interpreter_ranks_work_from_a_source_checkout_without_rocmcheck_installed(tmp_path):
     """A clean interpreter that has torch but not rocmcheck (not even the editable install); the

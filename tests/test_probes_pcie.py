@@ -52,6 +52,7 @@ def test_device_events_time_gpu_copies_and_the_wall_clock_cpu_ones():
     assert isinstance(cpu, mod.WallClock) and cpu.seconds(lambda: sum(range(1000))) > 0
 
 
+@pytest.mark.children
 @pytest.mark.parametrize("link, ok, words", [
     ((GEN4, 16, GEN4, 16), True, "PCIe link 16.0 GT/s (Gen4) x16 at its maximum"),
     ((GEN3, 16, GEN4, 16), False, "8.0 GT/s (Gen3) x16 on a 16.0 GT/s (Gen4) x16 link (a lower generation;"),
@@ -67,6 +68,7 @@ def test_link_verdict_compares_speed_and_width_with_the_maximum(tmp_path, link, 
     assert got is ok and words in message
 
 
+@pytest.mark.children
 def test_missing_link_files_skip_with_the_reason(fake_host):
     root = fake_host(amd=1)
     (root / "sys/bus/pci/devices/0000:03:00.0/current_link_speed").unlink()

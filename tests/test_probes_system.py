@@ -179,6 +179,7 @@ def test_all_reduce_wrong_sum_fails(rocm_run):
     assert ranks["1"]["ddp"]["ok"] and ranks["1"]["fsdp"]["ok"]  # the C++ reducer was not patched
 
 
+@pytest.mark.children
 def test_rank_program_runs_under_torchrun_and_takes_exported_faults(tmp_path):
     """The fleet path: the documented torchrun command, with a fault exported to the ranks."""
     import os

@@ -77,6 +77,7 @@ OLD_REPORT = {
 }
 
 
+@pytest.mark.children
 def test_an_old_report_without_the_newer_fields_loads_into_every_reader(tmp_path):
     path = tmp_path / "old.json"
     path.write_text(json.dumps(OLD_REPORT))
@@ -115,6 +116,7 @@ def _said(text: str) -> list:
     return [line for line in text.splitlines() if "could not write" in line]
 
 
+@pytest.mark.children
 @pytest.mark.parametrize("probe,code", [("fake-pass", 0), ("fake-fail", 1)])
 def test_the_command_records_a_write_failure_and_keeps_its_exit_code(tmp_path, capsys, probe, code):
     args = ["gate", "--device", "cpu", "--probes-path", FAKE, "--require", probe, "--out-dir", str(tmp_path)]
@@ -125,6 +127,7 @@ def test_the_command_records_a_write_failure_and_keeps_its_exit_code(tmp_path, c
     assert len(list(tmp_path.glob("*.json"))) == 1  # the outputs that could be written are
 
 
+@pytest.mark.children
 def test_the_node_verdict_carries_the_unwritten_file(tmp_path, capsys):
     args = ["gate", "--device", "cpu", "--probes-path", FAKE, "--require", "fake-pass", "--out-dir",
             str(UNWRITABLE / "reports"), "--json", "-"]
@@ -135,6 +138,7 @@ def test_the_node_verdict_carries_the_unwritten_file(tmp_path, capsys):
     assert len(_said(out.err)) == 1
 
 
+@pytest.mark.children
 def test_matrix_and_diff_say_a_write_failure_in_one_line_and_keep_their_exit_code(tmp_path, capsys):
     path = tmp_path / "old.json"
     path.write_text(json.dumps(OLD_REPORT))
@@ -144,6 +148,7 @@ def test_matrix_and_diff_say_a_write_failure_in_one_line_and_keep_their_exit_cod
     assert len(_said(capsys.readouterr().err)) == 1
 
 
+@pytest.mark.children
 def test_gate_api_records_a_write_failure_and_still_returns_go(capsys):
     verdicts = rocmcheck.gate(device="cpu", require=["fake-pass"], probes_path=[FAKE], verbose=False,
                               out_dir=str(UNWRITABLE / "reports"))
@@ -152,12 +157,14 @@ def test_gate_api_records_a_write_failure_and_still_returns_go(capsys):
     assert "rocmcheck-" in line
 
 
+@pytest.mark.children
 def test_gate_api_write_failure_never_hides_a_no_go():
     with pytest.raises(rocmcheck.GateFailed):
         rocmcheck.gate(device="cpu", require=["fake-fail"], probes_path=[FAKE], verbose=False,
                        out_dir=str(UNWRITABLE / "reports"))
 
 
+@pytest.mark.children
 def test_the_plugin_records_a_write_failure_and_keeps_the_outcomes(pytester: pytest.Pytester):
     pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--rocm-matrix=out", f"--rocm-probes-path={FAKE}",

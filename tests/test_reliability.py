@@ -73,15 +73,18 @@ def batch(request, tmp_path_factory):
             "piddir": folder, "elapsed": elapsed, "report": report}
 
 
+@pytest.mark.children
 def test_no_process_of_any_tree_survives(batch):
     assert len(list(batch["piddir"].glob("*.pid"))) >= 12
     assert survivors(batch["piddir"]) == []
 
 
+@pytest.mark.children
 def test_isolation_mode_is_the_one_asked_for(batch, request):
     assert batch["report"]["run"]["isolation"] == batch["report"]["run"]["isolation_requested"]
 
 
+@pytest.mark.children
 def test_plain_outcomes_map_to_verdicts(batch):
     v = batch["verdicts"]
     assert v["fake-pass"]["status"] == "pass" and v["fake-pass"]["measurements"]["answer"] == 42
@@ -99,6 +102,7 @@ def test_skip_and_gpu_only_probe_skip_on_cpu(rocm_run):
     assert v["fake-gpu-only"]["status"] == "skip" and "needs a GPU" in v["fake-gpu-only"]["message"]
 
 
+@pytest.mark.children
 def test_abort_is_crash_with_sigabrt_and_the_next_probe_runs(batch):
     v = batch["verdicts"]
     assert v["fake-abort"]["status"] == "crash"
@@ -107,6 +111,7 @@ def test_abort_is_crash_with_sigabrt_and_the_next_probe_runs(batch):
     assert batch["order"][0] == "fake-abort" and v["fake-error"]["status"] == "error"
 
 
+@pytest.mark.children
 def test_segv_is_crash_with_sigsegv_and_faulthandler_stack(batch):
     v = batch["verdicts"]["fake-segv"]
     assert v["status"] == "crash"
@@ -115,6 +120,7 @@ def test_segv_is_crash_with_sigsegv_and_faulthandler_stack(batch):
     assert "fake_segv" in v["evidence"]["stack"]
 
 
+@pytest.mark.children
 def test_hang_in_c_call_is_hang_with_all_thread_stacks(batch):
     v = batch["verdicts"]["fake-hang-c"]
     assert v["status"] == "hang"
@@ -124,6 +130,7 @@ def test_hang_in_c_call_is_hang_with_all_thread_stacks(batch):
     assert stack.count("Thread 0x") + stack.count("Current thread") >= 2  # the helper thread too
 
 
+@pytest.mark.children
 def test_grandchild_holding_output_is_killed_and_parent_never_blocks(batch):
     v = batch["verdicts"]["fake-grandchild"]
     assert v["status"] == "hang"
@@ -133,6 +140,7 @@ def test_grandchild_holding_output_is_killed_and_parent_never_blocks(batch):
     assert v["evidence"].get("leftover_processes_killed", 0) == len(v["evidence"].get("leftover_processes", []))
 
 
+@pytest.mark.children
 def test_child_ignoring_sigterm_is_killed_with_sigkill(batch):
     v = batch["verdicts"]["fake-ignore-term"]
     assert v["status"] == "hang"
@@ -140,6 +148,7 @@ def test_child_ignoring_sigterm_is_killed_with_sigkill(batch):
     assert v["evidence"]["returncode"] == -signal.SIGKILL
 
 
+@pytest.mark.children
 def test_a_declared_hang_kills_the_processes_the_probe_started_without_waiting_for_the_deadline(batch):
     """`ctx.hang`: the watchdog ends the task at once, by the same kill policy as at a deadline,
     and the helper the probe started goes with the tree (no survivor: the test above)."""
@@ -151,6 +160,7 @@ def test_a_declared_hang_kills_the_processes_the_probe_started_without_waiting_f
     assert "fake_helper_stuck" in v["evidence"]["stack"]  # where the probe declared it
 
 
+@pytest.mark.children
 def test_output_flood_is_capped_and_marked(batch):
     v = batch["verdicts"]["fake-flood"]
     assert v["status"] == "pass"
@@ -161,12 +171,14 @@ def test_output_flood_is_capped_and_marked(batch):
     assert len(ev["output_tail"]) <= 4000
 
 
+@pytest.mark.children
 def test_exit_without_result_is_error_never_pass(batch):
     v = batch["verdicts"]["fake-no-result"]
     assert v["status"] == "error"
     assert "without a result" in v["message"]
 
 
+@pytest.mark.children
 def test_out_of_memory_is_told_apart(batch):
     v = batch["verdicts"]
     assert v["fake-oom-error"]["status"] == "error"

@@ -213,6 +213,7 @@ def outcome(fake_dir, tmp_path_factory):
         sys.modules.pop(spec.module, None)
 
 
+@pytest.mark.children
 @pytest.mark.parametrize("vid", list(CASES))
 def test_reproducer_fails_with_the_fault_and_passes_without(outcome, vid):
     recorded, scripts, results, _ = outcome
@@ -228,6 +229,7 @@ def test_reproducer_fails_with_the_fault_and_passes_without(outcome, vid):
     assert good["rc"] == 0 and f"PASS {vid}: ok" in good["log"], good["log"][-3000:]
 
 
+@pytest.mark.children
 def test_reproducer_carries_the_variant_exactly(outcome):
     _, scripts, results, _ = outcome
     script = scripts["repro-fake-copy[(3, 5)-strict]"].read_text()
@@ -242,6 +244,7 @@ def test_reproducer_carries_the_variant_exactly(outcome):
     assert "hang: no result within 1.5s" in hang and "fake_backward" in hang  # the stack names the probe
 
 
+@pytest.mark.children
 def test_every_failing_variant_gets_a_reproducer_in_the_markdown(outcome):
     recorded, scripts, _, bug = outcome
     assert set(RECORDED) <= set(scripts)
@@ -255,6 +258,7 @@ def test_every_failing_variant_gets_a_reproducer_in_the_markdown(outcome):
     assert {r["file"] for r in bug.data["bug_report"]["reproducers"]} == {p.name for p in scripts.values()}
 
 
+@pytest.mark.children
 def test_probe_using_a_name_the_stand_in_lacks_gets_a_reason_not_a_broken_script(tmp_path):
     probe = tmp_path / "uses_gate.py"
     probe.write_text("import rocmcheck\n\ndef f(ctx):\n    rocmcheck.gate()\n")
@@ -265,6 +269,7 @@ def test_probe_using_a_name_the_stand_in_lacks_gets_a_reason_not_a_broken_script
         repro.embedded_sources("rocmcheck_userprobes_x.uses_gate", probe)
 
 
+@pytest.mark.children
 def test_helper_modules_are_followed_transitively(tmp_path):
     probe = tmp_path / "uses_faults.py"
     probe.write_text("from rocmcheck.faults.data import patch\nimport rocmcheck.host.fingerprint\n")

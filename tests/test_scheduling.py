@@ -103,6 +103,7 @@ def test_a_gpu_that_is_not_there_is_bad_input(rocm_run, sched_probes):
         rocm_run(probe="sched-node", device="simgpu:0,7", inject="simgpu:4", probes_path=sched_probes)
 
 
+@pytest.mark.children
 def test_gate_on_four_gpus_has_a_matrix_column_per_gpu(sched_probes, tmp_path, capsys):
     args = ["--probes-path", sched_probes[0], "--inject", "simgpu:4", "--out-dir", str(tmp_path)]
     assert main(["gate", "--require", "sched-work", "--json", str(tmp_path / "g.json"), *args]) == 0

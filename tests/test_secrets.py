@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from rocmcheck.cli import main
 
 PEM_BODY = "MIIEowIBAAKCAQEAplantedPemBodyLine1xyz\nQWxhZGRpbjpvcGVuIHNlc2FtZXBsYW50ZWQ2"
@@ -84,6 +86,7 @@ def _leaks(texts):
     return found
 
 
+@pytest.mark.children
 def test_no_planted_secret_reaches_any_output(tmp_path, monkeypatch, capfd):
     probes = tmp_path / "probes"
     probes.mkdir()

@@ -63,12 +63,14 @@ def simgpu_built():
     simgpu.build()
 
 
+@pytest.mark.children
 def test_the_device_holds_data_streams_events_pinned_memory_a_slow_first_init_and_a_planted_fault(simgpu_built):
     env = {**os.environ, simgpu.INIT_ENV: "0.5"}
     run = subprocess.run([sys.executable, "-c", DEVICE_PATHS], capture_output=True, text=True, timeout=120, env=env)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
 
 
+@pytest.mark.children
 def test_an_older_torch_is_a_one_line_error_before_any_build(monkeypatch, tmp_path):
     """torch 2.5.1 fails to compile the device with pages of C++ errors: say it in one line instead."""
     monkeypatch.setenv(simgpu.CACHE_ENV, str(tmp_path))
@@ -79,6 +81,7 @@ def test_an_older_torch_is_a_one_line_error_before_any_build(monkeypatch, tmp_pa
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.children
 def test_without_ninja_the_build_is_a_one_line_error(monkeypatch, tmp_path):
     monkeypatch.setenv(simgpu.CACHE_ENV, str(tmp_path))  # nothing cached: a build is needed
     monkeypatch.setattr(simgpu, "_ext", None)
@@ -117,6 +120,7 @@ def test_one_gpu_of_two_that_computes_wrong_is_named(rocm_run, simgpu_built):
     assert wrong["device"]["index"] == 1 and wrong["device"]["uuid"] == "simgpu-1"
 
 
+@pytest.mark.children
 def test_a_healthy_node_of_two_simulated_gpus_is_go(tmp_path, simgpu_built):
     """The gate's decision, its per-GPU verdicts and the skips naming the simulated device's limit, on
     the quicker probes; `make simgpu-test` runs the whole gate (GO, 24 s here: CI keeps the quicker third)."""
@@ -141,6 +145,7 @@ def test_the_device_option_names_simulated_gpus():
         options.device("simgpu:x")
 
 
+@pytest.mark.children
 def test_the_simulated_gate_pays_one_runtime_init(tmp_path, simgpu_built):
     """Issue 23, counted by the device itself: each process's runtime init appends its pid to
     ROCMCHECK_SIMGPU_INIT_LOG (a count from wall time flaked under load: issue 31). The device
@@ -169,6 +174,7 @@ def _build_processes(cache: Path) -> dict:
     return found
 
 
+@pytest.mark.children
 def test_an_interrupted_first_build_leaves_no_compiler_running(tmp_path):
     """Issue 31: SIGTERM to the gate during the first build exited 2 but left c++ and cc1plus running
     (ninja gives each its own process group, and torch SIGKILLs ninja on an exception). The build
@@ -200,6 +206,7 @@ def test_an_interrupted_first_build_leaves_no_compiler_running(tmp_path):
     assert not left
 
 
+@pytest.mark.children
 @pytest.mark.parametrize("device, facts_process_runs_the_probe", [("simgpu:0", True), ("cpu", False)])
 def test_the_device_facts_process_becomes_the_gpus_worker_but_never_a_cpu_runs(simgpu_built, device,
                                                                                facts_process_runs_the_probe):
@@ -218,6 +225,7 @@ def test_the_device_facts_process_becomes_the_gpus_worker_but_never_a_cpu_runs(s
     assert verdict["evidence"].get("worker_task") == (1 if facts_process_runs_the_probe else None)
 
 
+@pytest.mark.children
 def test_a_worker_makes_its_own_gpu_current_again(simgpu_built):
     """A probe that makes another GPU current (Accelerate's placement does) must not move the
     next task of its worker: the worker puts its GPU back, and says so."""

@@ -104,6 +104,7 @@ def test_fallbacks_on_an_old_torch(monkeypatch):
             torchapi.sdpa_kernel(["CUDNN_ATTENTION"])
 
 
+@pytest.mark.children
 def test_below_the_supported_range_every_command_says_so(tmp_path):
     """A torch older than the range: one line naming the range, exit 2, before any probe runs."""
     import subprocess
