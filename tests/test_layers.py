@@ -54,6 +54,7 @@ def test_ruff_finds_nothing():
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
+@pytest.mark.children
 def test_mypy_finds_nothing():
     """The package ships py.typed: its types are a contract with its users' type checkers. The files,
     and the strict settings for the engine, are pyproject.toml's [tool.mypy]."""

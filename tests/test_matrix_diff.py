@@ -236,6 +236,7 @@ def test_html_page_shows_the_markdowns_cells_grouped_expandable_and_escaped(tmp_
     assert not re.search(r'(src|href)="(?!https://github\.com/)', page) and "default-src 'none'" in page
 
 
+@pytest.mark.children
 def test_html_page_in_a_real_headless_browser(tmp_path: Path, capsys) -> None:
     browsers = ("chromium", "chromium-browser", "google-chrome")
     browser = next((shutil.which(b) for b in browsers if shutil.which(b)), None)

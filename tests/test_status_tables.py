@@ -7,10 +7,12 @@ predicates of `model.Status`, `model.node_status`, and `diff.classify`.
 from __future__ import annotations
 
 import signal
+from typing import Optional
 
 import pytest
 
 from rocmcheck.engine.killpolicy import KillStep
+from rocmcheck.engine.task import TaskResult
 from rocmcheck.engine.verdicts import assemble, outcome
 from rocmcheck.engine.watchdog import ChildEnd
 from rocmcheck.errors import Hang, ProbeFailure, Skip
@@ -41,10 +43,10 @@ OUTCOMES = [
                          ids=[f"{type(r[0]).__name__}-{len(r[1])}w" for r in OUTCOMES])
 def test_outcome_table(ended, warnings, status, words):
     result = outcome(ended, warnings)
-    assert result["status"] == status.value
-    assert words in result["message"]
+    assert result.status is status
+    assert words in result.message
     if status in (Status.FAIL, Status.ERROR):  # the exception's fields travel with a bad status
-        assert result["exception"]["type"] == type(ended).__name__
+        assert result.exception is not None and result.exception.type == type(ended).__name__
 
 
 # --- in the parent: assemble(what the watchdog saw, what the child wrote) ------------------------
@@ -55,8 +57,9 @@ SEGV, KILL = -int(signal.SIGSEGV), -int(signal.SIGKILL)
 KILLED = [KillStep.STACK_DUMP, KillStep.TERM, KillStep.KILL]
 
 
-def written(status: Status, message: str = "m") -> dict:
-    return {"status": status.value, "message": message}
+def written(status: Status, message: str = "m") -> Optional[TaskResult]:
+    """What a child writes, read back as the parent reads it."""
+    return TaskResult.from_dict({"status": status.value, "message": message})
 
 
 ASSEMBLED = [
