@@ -84,3 +84,19 @@ def test_a_fault_a_probe_module_declares_is_known_to_the_fault_spec(tmp_path, mo
     (tmp_path / "mine.py").write_text("from rocmcheck.faults import fault\n\n"
                                       "@fault('my-fault', 'a fault of my probes')\ndef install(arg):\n    pass\n")
     assert RunOptions.build(Given({"probes_path": [str(tmp_path)], "inject": "my-fault"})).inject == "my-fault"
+
+
+@pytest.mark.parametrize("device, inject, refused", [
+    ("simgpu:0", "", True),  # once said "device cuda:0 is not present" after starting the run
+    ("simgpu:0,1", "segv@nosuch", True),
+    ("simgpu:1", "simgpu:2", False),
+    ("cuda:0", "", False),
+])
+def test_a_simulated_device_without_the_simulated_gpus_is_refused_in_one_line(device, inject, refused):
+    given = Given({"device": device, "inject": inject})
+    if refused:
+        with pytest.raises(UsageError, match=rf"--device {device} names simulated GPUs, which exist only with "
+                                             r"--inject simgpu:N \(N at least \d\)"):
+            RunOptions.build(given)
+    else:
+        assert RunOptions.build(given).device == device

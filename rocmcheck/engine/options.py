@@ -223,6 +223,13 @@ class RunOptions:
                       expect_gpus=given.value("expect_gpus"),
                       profile=profile or ("gate" if given.value("gate_only") else "full"), **fixed)
         known_issues.entries()  # a broken file is bad input now, not at the first failure
+        if options.device.startswith("simgpu:"):  # else the run would look for cuda:N and say it is not present
+            from .. import faults
+
+            if not any(r.name == "simgpu" for r in faults.parse(options.inject)):
+                last = max(int(n) for n in options.device.partition(":")[2].split(","))
+                raise UsageError(f"--device {options.device} names simulated GPUs, which exist only with "
+                                 f"--inject simgpu:N (N at least {last + 1})")
         return options
 
 
