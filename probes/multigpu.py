@@ -337,7 +337,9 @@ def rank_entry(argv):
 
     try:
         return rank_main(argv)
-    except Exception as exc:  # noqa: BLE001 - the rank's own failure, for the probe's verdict
+    # Skip is an outcome, not an Exception: one raised before any check (torchapi, for an API this torch
+    # lacks) must reach the result file too, not end the rank with no result
+    except (Exception, rocmcheck.Skip) as exc:  # noqa: BLE001 - the rank's own failure, for the probe's verdict
         import traceback
 
         faulthandler.cancel_dump_traceback_later()  # the rank's own deadline: it has its answer

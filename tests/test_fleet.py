@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import by_variant
+from conftest import by_variant, probe_module
 from rocmcheck.cli import main
 from rocmcheck.model import Verdict
 from rocmcheck.outputs import node
@@ -175,3 +175,21 @@ def test_k8s_init_container_command_is_a_valid_gate_command():
     args = build_parser().parse_args(command[1:])
     assert command[0] == "rocmcheck" and args.command == "gate"
     assert args.output_json == Path("-") and args.expect_gpus == 8
+
+
+def test_a_rank_that_skips_before_its_checks_still_writes_its_result(tmp_path, monkeypatch):
+    """Skip is an outcome, not an Exception: the rank program must still record it, or the probe
+    sees a rank that ended with no result."""
+    import json
+
+    import rocmcheck
+
+    multigpu = probe_module("multigpu")
+
+    def skipping(argv):
+        raise rocmcheck.Skip("torch 2.2.2 has no FSDP2")
+
+    monkeypatch.setattr(multigpu, "rank_main", skipping)
+    result = tmp_path / "0.json"
+    assert multigpu.rank_entry(["--result", str(result)]) == 1
+    assert "torch 2.2.2 has no FSDP2" in json.loads(result.read_text())["error"]
