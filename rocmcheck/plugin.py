@@ -11,13 +11,16 @@ an item `rocmcheck::<variant id>` that -k, -m (`rocm_probe`, `rocm_gate`, `rocm_
 and --deselect select like any test. Items run one at a time through one isolated
 Runner per session (started when the first item needs it; its children do all GPU
 work). Under xdist the items carry `xdist_group("rocmcheck")` and need a --dist mode
-that keeps a group on one worker, so probes on one GPU never run concurrently; the
-worker sends its report to the controller, which prints the matrix.
+that keeps a group on one worker, so probes on one GPU never run concurrently; a
+worker keeps only its journal and sends its report to the controller, which merges
+the workers' reports (where the grouping failed and probes ran on two workers) and
+writes the run's one JSON and Markdown file and prints the matrix.
 """
 from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import tempfile
 import warnings
 from dataclasses import dataclass, field, replace
@@ -43,6 +46,7 @@ XDIST_GROUP = "rocmcheck"
 SERIAL_DISTS = ("loadgroup", "loadscope", "loadfile")  # modes that keep all rocmcheck items on one worker
 WORKER_REPORT = "rocmcheck_report"
 WORKER_FILES = "rocmcheck_files"
+WORKER_LOCK = "rocmcheck_lock"  # workerinput key: the controller's lock file that keeps the probes serial
 MARKERS = (
     "rocm_probe: a rocmcheck probe variant (added by --rocm-matrix)",
     "rocm_gate: a rocmcheck probe variant that is part of the gate",
@@ -72,6 +76,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     # the named outputs' options, spelled here: reading them from `outputs.formats` would import the
     # renderers into every pytest run (test_inert_without_the_flag); one missing here fails `read_settings`
     group.addoption("--rocm-html", dest="rocm_output_html", default=None, metavar="FILE", help=HTML_HELP)
+
+
+def run_outputs() -> List["Output"]:
+    """The run's own files (JSON, Markdown), named after its id under the --rocm-matrix folder."""
+    from .outputs.formats import offered
+
+    return [o for o in offered("pytest") if o.default_name]
 
 
 def named_outputs() -> List["Output"]:
@@ -286,7 +297,9 @@ class MatrixPlugin:
         from .errors import TorchMissing, UsageError
         from .outputs.formats import offered
 
-        runner = Runner(self.settings.options, outputs=[o for o in offered("pytest") if o.default_name])
+        # an xdist worker writes only its journal: the controller writes the run's files from the merged
+        # report, so a run split over two workers is still one run file, not two fragments
+        runner = Runner(self.settings.options, outputs=[] if self.is_worker else run_outputs())
         try:
             runner.start(self.variants)
         except UsageError as exc:
@@ -313,13 +326,14 @@ class MatrixPlugin:
         `--dist loadgroup` should already keep the probe items on one worker, but with
         pytest 9.2 and pytest-xdist 3.8 the grouping silently stops working
         (pytest-dev/pytest-xdist#1386); a lock file shared by the run's workers keeps the
-        probes serial whatever the scheduler does. (POSIX; elsewhere the grouping alone.)
+        probes serial whatever the scheduler does. The controller names it (in a folder of
+        its own, removed at its end: no lock outlives the run). POSIX; elsewhere the grouping alone.
         """
-        if not self.is_worker or fcntl is None:
+        lock_path = self.config.workerinput.get(WORKER_LOCK) if self.is_worker else None  # type: ignore[attr-defined]
+        if lock_path is None or fcntl is None:
             yield
             return
-        uid = self.config.workerinput.get("testrunuid", "run")  # type: ignore[attr-defined]
-        with open(Path(tempfile.gettempdir()) / f"rocmcheck-xdist-{uid}.lock", "w") as lock:
+        with open(lock_path, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -389,8 +403,13 @@ class MatrixPlugin:
             return  # no probe ran (deselected, --collect-only), or an xdist worker: the controller prints
         from .outputs.storage import write_outputs
 
-        write_outputs(self.report, named_outputs(), self.settings.options.out_dir, self.settings.named)
-        self.files += [str(path) for name, path in self.settings.named.items() if name not in self.report.run.unwritten]
+        # under xdist the run's own files too: the workers wrote only their journals
+        outputs = [*(run_outputs() if self.distributed else []), *named_outputs()]
+        out_dir = self.settings.options.out_dir
+        write_outputs(self.report, outputs, out_dir, self.settings.named)
+        written = (o.path(out_dir, self.report.run.id, self.settings.named) for o in outputs
+                   if o.name not in self.report.run.unwritten)
+        self.files = [*(str(path) for path in written if path is not None), *self.files]  # journals last
         terminalreporter.section("rocmcheck matrix")
         for line in self.summary_lines(self.report):
             terminalreporter.write_line(line)
@@ -427,6 +446,18 @@ class XdistHooks:
 
     def __init__(self, plugin: MatrixPlugin):
         self.plugin = plugin
+        self.lock_dir: Optional[str] = None
+
+    def pytest_configure_node(self, node: Any) -> None:
+        """Each worker gets the path of the run's one lock file (`MatrixPlugin.serial`)."""
+        if self.lock_dir is None:
+            self.lock_dir = tempfile.mkdtemp(prefix="rocmcheck-xdist-")
+        node.workerinput[WORKER_LOCK] = str(Path(self.lock_dir) / "probes.lock")
+
+    def pytest_unconfigure(self) -> None:
+        if self.lock_dir is not None:
+            shutil.rmtree(self.lock_dir, ignore_errors=True)
+            self.lock_dir = None
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         output = getattr(node, "workeroutput", None) or {}
