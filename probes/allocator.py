@@ -2,7 +2,7 @@
 
 Targets `expandable_segments` accepted and ignored ("expandable_segments not supported
 on this platform": ROCm wheels before 2.12, pytorch #134208), reserved memory growing
-every cycle until OOM (the seeds' OOM after 35-50 batches; pytorch #123548 with
+every cycle until OOM (a user's OOM after 35-50 batches; pytorch #123548 with
 `expandable_segments:True,max_split_size_mb:128`), and a live buffer reading back
 zeros under that setting (legacy-rocm-build #6603). Facts: docs/failure-catalogue.md §0, §4.
 The growth under that setting is PyTorch's own allocator on CUDA builds too (an H100, torch

@@ -1,6 +1,6 @@
 """Attention forward and backward under each SDPA backend, against a float64 reference.
 
-Targets `loss.backward()` through attention hanging (the seeds' 2.9M-parameter
+Targets `loss.backward()` through attention hanging (a user's 2.9M-parameter
 actor-critic on Windows ROCm; flash/efficient with left padding on gfx1100,
 pytorch #186174) and wrong outputs or gradients (efficient + custom mask,
 pytorch #147460; non-contiguous V, ROCm/pytorch #3230; hdim80 NaN, ROCm/aotriton #183).
@@ -280,7 +280,7 @@ def attention_sdpa(ctx, backend, dtype):
         ctx.skip(f"{backend} attention is not available for {dtype} on {ctx.device}: {reason}")
 
 
-# --- the seeds' model: a ~2.9M-parameter actor-critic with attention ------------------------
+# --- the reported model: a ~2.9M-parameter actor-critic with attention ------------------------
 
 OBS, EMBED, MODEL_HEADS, HIDDEN, BLOCKS, ACTIONS = 64, 256, 8, 512, 4, 16
 AGENTS, TOKENS, MICRO_BATCHES = 16, 8, 4
@@ -359,7 +359,7 @@ def reference_gradients(model, obs, actions, returns):
 
 
 def accumulate_gradients(ctx, backend, model, obs, actions, returns, autocast_dtype):
-    """The seeds' loop: batched forward per micro-batch, loss.backward(), gradients accumulated."""
+    """The reported training loop: batched forward per micro-batch, loss.backward(), gradients accumulated."""
     chunks = list(zip(obs.chunk(MICRO_BATCHES), actions.chunk(MICRO_BATCHES), returns.chunk(MICRO_BATCHES)))
     device_type = torch.device(ctx.device).type
     for index, (o, a, r) in enumerate(chunks):
@@ -376,10 +376,10 @@ def accumulate_gradients(ctx, backend, model, obs, actions, returns, autocast_dt
 @rocmcheck.probe(
     "attention-model",
     title="Actor-critic with attention: batched forward, loss.backward(), gradient accumulation",
-    targets="the seeds' 2.9M-parameter model hanging in loss.backward() or getting wrong gradients",
+    targets="a user's 2.9M-parameter attention model hanging in loss.backward() or getting wrong gradients",
     links=LINKS,
     timeout=120,
-    gate=lambda params: params["backend"] in ("math", "flash"),  # the seeds' path and AOTriton's (flash = efficient)
+    gate=lambda params: params["backend"] in ("math", "flash"),  # the reported path and AOTriton's (flash = efficient)
     variants={"backend": list(BACKENDS)},
 )
 def attention_model(ctx, backend):

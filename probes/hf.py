@@ -2,7 +2,7 @@
 
 A tiny Llama-style causal LM built from a transformers config (nothing downloaded), wrapped in
 peft LoRA adapters, fed by a DataLoader and placed either through
-`accelerate.Accelerator().prepare(model, optimizer, dataloader)` (the path the seeds used, where
+`accelerate.Accelerator().prepare(model, optimizer, dataloader)` (the path a user's report used, where
 batches came out corrupted: ROCm/hip#3874) or by hand with `.to(device)`. A few AdamW steps with
 gradient checkpointing off or on, in float32 or under bf16 autocast (Accelerate's
 `mixed_precision="bf16"`, or `torch.autocast` when placed by hand).

@@ -1,6 +1,6 @@
 """Multi-GPU: inventory, peer copies, DataParallel, and DDP/FSDP over torch.distributed.
 
-Targets the seeds' DataParallel deadlock, RCCL/NCCL collectives that hang (ROCm/rccl
+Targets the DataParallel deadlock users report on ROCm, RCCL/NCCL collectives that hang (ROCm/rccl
 #1129 without iommu=pt; ROCm/vllm #390 and rocm-systems #11348 unless
 NCCL_P2P_DISABLE=1), peer copies that silently corrupt data (legacy-rocm-build #6342,
 rocm-systems #5109), mixed-architecture machines, and FSDP failing to initialise.

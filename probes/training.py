@@ -2,9 +2,9 @@
 weights and data, in float64 on the CPU.
 
 Targets training that silently goes wrong: zero or NaN gradients, a loss that does not fall, results
-far from the CPU's (the seeds' 2.9M-parameter model and bf16 zeros; docs/failure-catalogue.md §2,
+far from the CPU's (a user's 2.9M-parameter model and bf16 zeros; docs/failure-catalogue.md §2,
 §9). The model is a causal transformer (embedding 256, 8 heads, feed-forward 512, 4 layers, 2.4M
-parameters, like the seeds') trained with AdamW on one fixed batch; on `--device cpu`, where the run
+parameters, like that user's) trained with AdamW on one fixed batch; on `--device cpu`, where the run
 is a self-test of the checks, it shrinks to 0.1M parameters (`params` says so). Variants: plain,
 gradient checkpointing, bf16 autocast, fp16 autocast with GradScaler, and LoRA through `peft` when
 it is installed (adapters must train while the base weights stay bit-for-bit frozen; otherwise

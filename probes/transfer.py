@@ -4,7 +4,7 @@ bit for bit against the host pattern.
 Targets copies that come back as zeros, NaN or stale data, or crash (docs/failure-catalogue.md §1):
 HIP #3874 (access violation in memcpy_and_sync, gfx1151), TheRock #8379 (silent zeros,
 gfx1201), legacy-rocm-build #6123 (NaN on repeated `.to("cuda")`, gfx1030), pinned-memory
-races, and the seeds' report: CPU->GPU copies returning zeros only inside a training loop,
+races, and a user's report: CPU->GPU copies returning zeros only inside a training loop,
 with all eight methods tried by hand.
 
 `d2h` (`Tensor.cpu()`) and `d2d` (`Tensor.clone()`) start from data staged on the device
@@ -17,7 +17,7 @@ their code, so each gets its own row in the matrix; dtypes (float32, float16, bf
 int32), sizes, contiguous and strided sources and repeats are looped inside a variant, with
 measurements per dtype, because they describe one failure rather than a workaround, and a
 variant per combination would cost one GPU runtime start each. The gate holds the
-training-context variants, where the seeds' failure appeared; the isolated ones (full
+training-context variants, where that user's failure appeared; the isolated ones (full
 profile) tell whether the context matters. Bandwidth is measured by `pcie-link`
 (probes/pcie.py), with device events and buffers allocated outside the clock.
 
@@ -186,7 +186,7 @@ class TrainingLoad:
 
     def __init__(self, device: str, on_gpu: bool):
         torch.manual_seed(0)
-        # 3.1M parameters on a GPU, like the seeds' model; a token load on the CPU, where nothing is in flight
+        # 3.1M parameters on a GPU, like that user's model; a token load on the CPU, where nothing is in flight
         width, layers, batch, seq = (256, 4, 8, 64) if on_gpu else (32, 1, 2, 16)
         layer = torch.nn.TransformerEncoderLayer(width, 8, 4 * width, dropout=0.0, batch_first=True)
         self.model = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).to(device)

@@ -48,7 +48,7 @@ def gate(device: str = "auto", require: Iterable[str] = (), timeout: Optional[fl
     if report.run.unwritten:
         print(f"rocmcheck gate: {write_problem(report.run.unwritten)}", file=sys.stderr)
     if report.run.partial:
-        raise KeyboardInterrupt(f"rocmcheck gate: interrupted during {report.run.interrupted}: no verdict (UNKNOWN)")
+        raise KeyboardInterrupt(f"rocmcheck gate: interrupted {report.run.where_interrupted()}: no verdict (UNKNOWN)")
     bad = [v for v in report.verdicts if v.status.is_bad]
     if bad:
         raise GateFailed("rocmcheck gate: NO-GO\n" + "\n".join(failing_line(v) for v in bad), report.verdicts)

@@ -275,16 +275,17 @@ class MatrixPlugin:
         if self.is_worker:
             return None
         count = sum(isinstance(item, ProbeItem) for item in items)
+        from .wording import counted
+
         if not count:
             return "rocmcheck: no probe variant selected"
         if config.getoption("collectonly"):
-            return (f"rocmcheck: {count} probe variants (device {self.settings.options.device}, "
+            return (f"rocmcheck: {counted(count, 'probe variant')} (device {self.settings.options.device}, "
                     "not resolved: --collect-only)")
         runner = self.start()
         dev = runner.device
         arch = f", arch {dev.arch}" if dev.arch else ""
-        return (f"rocmcheck: device {dev.name} (backend {dev.backend}{arch}), {count} probe variant"
-                f"{'s' if count != 1 else ''}, "
+        return (f"rocmcheck: device {dev.name} (backend {dev.backend}{arch}), {counted(count, 'probe variant')}, "
                 f"isolation {runner.isolation.mode}, profile {runner.opts.profile}")
 
     # running
@@ -295,7 +296,6 @@ class MatrixPlugin:
             return self.runner
         from .engine.runner import Runner
         from .errors import TorchMissing, UsageError
-        from .outputs.formats import offered
 
         # an xdist worker writes only its journal: the controller writes the run's files from the merged
         # report, so a run split over two workers is still one run file, not two fragments
@@ -371,7 +371,9 @@ class MatrixPlugin:
         if self.runner is None:
             return
         paths = self.runner.paths()
-        between = "(between probe variants)" if exitstatus == pytest.ExitCode.INTERRUPTED else None
+        from .records import BETWEEN
+
+        between = BETWEEN if exitstatus == pytest.ExitCode.INTERRUPTED else None
         interrupted = self.current or between
         self.report = self.runner.finish(interrupted=interrupted)
         self.runner = None
@@ -407,9 +409,15 @@ class MatrixPlugin:
         outputs = [*(run_outputs() if self.distributed else []), *named_outputs()]
         out_dir = self.settings.options.out_dir
         write_outputs(self.report, outputs, out_dir, self.settings.named)
-        written = (o.path(out_dir, self.report.run.id, self.settings.named) for o in outputs
-                   if o.name not in self.report.run.unwritten)
-        self.files = [*(str(path) for path in written if path is not None), *self.files]  # journals last
+
+        run = self.report.run
+
+        def written(some: List["Output"]) -> List[str]:
+            paths = (o.path(out_dir, run.id, self.settings.named) for o in some if o.name not in run.unwritten)
+            return [str(path) for path in paths if path is not None]
+
+        # the run's files, the journals, then the files named on the command line
+        self.files = [*written(run_outputs() if self.distributed else []), *self.files, *written(named_outputs())]
         terminalreporter.section("rocmcheck matrix")
         for line in self.summary_lines(self.report):
             terminalreporter.write_line(line)

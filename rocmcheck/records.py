@@ -53,6 +53,18 @@ def verdict_from(record: Any) -> Optional[Verdict]:
     return Verdict.from_dict(data)
 
 
+BEFORE_FIRST = "before the first probe"  # RunInfo.interrupted where no probe had started
+BETWEEN = "between probe variants"  # ... where one had ended and the next had not started
+
+
+def where_interrupted(interrupted: Optional[str]) -> str:
+    """The words after "interrupted": "during <variant>", or where no probe ran. Reports of
+    earlier versions wrote the two markers in parentheses; a journal that ends with no probe
+    in progress has none."""
+    marker = (interrupted or BETWEEN).strip("()")
+    return marker if marker in (BEFORE_FIRST, BETWEEN) else f"during {marker}"
+
+
 @dataclass
 class RunInfo:
     """The report's `run`: what ran, how, and how it ended. The fields up to `notes` are known when
@@ -71,7 +83,7 @@ class RunInfo:
     notes: List[str] = field(default_factory=list)
     finished: Optional[float] = None
     partial: bool = False
-    interrupted: Optional[str] = None  # what ran when the run was interrupted
+    interrupted: Optional[str] = None  # what ran when the run was interrupted (a variant, or BEFORE_FIRST, BETWEEN)
     counts: Dict[str, int] = field(default_factory=dict)
     # output kind (jsonl, json, md, ...) -> "path: why" it could not be written; not in the files themselves
     unwritten: Dict[str, str] = field(default_factory=dict)
@@ -79,6 +91,10 @@ class RunInfo:
 
     HEADER_FIELDS = ("id", "command", "argv", "started", "device", "profile", "isolation", "isolation_requested",
                      "inject", "env", "notes")
+
+    def where_interrupted(self) -> str:
+        """Where the run stopped, as the words after "interrupted" (`where_interrupted`)."""
+        return where_interrupted(self.interrupted)
 
     def header(self) -> Dict[str, Any]:
         """What the journal's header says of the run: the fields known at its start."""

@@ -194,5 +194,5 @@ def test_without_from_it_reports_the_newest_complete_run_and_says_so(tmp_path, m
     for _ in range(2):  # the second time, the first report's JSON twin is the newest file there
         assert main(["report", "--out-dir", str(out)]) == 0
         captured = capsys.readouterr()
-        assert f"reporting the newest complete run in {out}: {runs['newest']} (1 verdicts)" in captured.err
+        assert f"reporting the newest complete run in {out}: {runs['newest']} (1 verdict)" in captured.err
     assert "zeros in the newest run" in (out / "rocmcheck-report-newest.md").read_text()

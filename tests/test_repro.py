@@ -227,6 +227,8 @@ def test_reproducer_fails_with_the_fault_and_passes_without(outcome, vid):
     bad, good = results[(vid, "fault")], results[(vid, "clean")]
     assert bad["rc"] == 1 and f"FAIL {vid}:" in bad["log"], bad["log"][-3000:]
     assert good["rc"] == 0 and f"PASS {vid}: ok" in good["log"], good["log"][-3000:]
+    drill = "was caused by a fault rocmcheck injected on purpose"  # a PASS beside a recorded injected FAIL says so
+    assert (drill in good["log"]) == bool(RECORDED.get(vid)), good["log"][-3000:]
 
 
 @pytest.mark.children

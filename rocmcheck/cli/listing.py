@@ -9,7 +9,10 @@ from ..engine.options import INJECT_ENV, add_to_argparse
 from ..engine.selection import select
 from ..model import ExitCode, Variant
 from ..outputs.render import short
+from ..wording import counted
 from .common import add_selection
+
+FAULT_ARG_WIDTH, FAULT_HELP_WIDTH = 28, 64  # `list --faults` fits 120 columns
 
 
 def register(sub: Any) -> None:
@@ -26,14 +29,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     specs = registry.load_all(args.probes_path)
     if args.faults:
         rows = [[f.name, f.args or "", f.help] for f in faults.catalogue().values()]
-        print(tabulate(rows, headers=["fault", "ARG", "what the probe meets"], tablefmt="simple"))
+        # wrapped, so a row fits a terminal (the longest descriptions and argument forms ran to 370 columns)
+        print(tabulate(rows, headers=["fault", "ARG", "what the probe meets"], tablefmt="simple",
+                       maxcolwidths=[None, FAULT_ARG_WIDTH, FAULT_HELP_WIDTH]))
         print("\nInject with --inject NAME[:ARG][@PROBE_GLOB][,...] or $" + INJECT_ENV)
         return ExitCode.OK
     variants = select(specs, args.probe, args.keyword, gate_only=args.gate_only)
     rows = [[v.id, "gate" if v.in_gate() else "full", f"{v.spec.timeout:g}s", _needs(v), short(v.spec.targets, 60)]
             for v in variants]
     print(tabulate(rows, headers=["variant", "profile", "timeout", "needs", "targets"], tablefmt="simple"))
-    print(f"\n{len(variants)} variants of {len({v.spec.id for v in variants})} probes")
+    print(f"\n{counted(len(variants), 'variant')} of {counted(len({v.spec.id for v in variants}), 'probe')}")
     return ExitCode.OK
 
 

@@ -15,6 +15,7 @@ from ..model import ExitCode
 from ..outputs.bugreport import build, write
 from ..outputs.storage import load_report
 from ..records import Report
+from ..wording import counted
 from .common import add_run_options, execute, note, run_options
 
 
@@ -69,7 +70,8 @@ def _run_or_load(args: argparse.Namespace) -> Report:
     if found is not None:
         args.from_path, report = found
         note(f"reporting the newest complete run in {args.out_dir}: {args.from_path} "
-             f"({len(report.verdicts)} verdicts); --from FILE picks another, --probe/-k/--gate-only run anew")
+             f"({counted(len(report.verdicts), 'verdict')}); --from FILE picks another, "
+             "--probe/-k/--gate-only run anew")
         return report
     opts = run_options(args, "report")
     variants = select(registry.load_all(opts.probes_paths), args.probe, args.keyword, gate_only=args.gate_only)

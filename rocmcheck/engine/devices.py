@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from ..errors import UsageError
 from ..host import hostgpu
 from ..model import DeviceInfo
+from ..wording import counted
 from .task import TaskResult
 from .verdicts import end_summary
 from .watchdog import ChildEnd
@@ -76,7 +77,7 @@ def resolve(wanted: str, facts: Mapping[str, Any], host: hostgpu.HostGpus) -> Un
     kind = facts.get("device_type") or "cuda"  # torch's device type: cuda (ROCm too) or simgpu
     missing = [i for i in indexes if i >= count]
     if missing:
-        raise UsageError(f"device {kind}:{missing[0]} is not present ({count} GPU{'s' if count != 1 else ''} visible)")
+        raise UsageError(f"device {kind}:{missing[0]} is not present ({counted(count, 'GPU')} visible)")
     backend = facts.get("backend") or "cpu"
     return UnderTest([DeviceInfo(f"{kind}:{i}", backend, count, _gpu_facts(facts, i).get("arch")) for i in indexes],
                      notes)

@@ -30,7 +30,7 @@ from ..knowledge import known_issues
 from ..knowledge.signatures import BY_MEANING, signatures
 from ..model import DeviceInfo, RunsIn, Status, Variant, Verdict, preloads
 from ..outputs.storage import Journal, Output, journal_path, new_run_id, write_outputs
-from ..records import SCHEMA, SCHEMA_VERSION, Report, RunInfo
+from ..records import BEFORE_FIRST, SCHEMA, SCHEMA_VERSION, Report, RunInfo, where_interrupted
 from ..safetext import clean, clean_env, clean_tree
 from . import devices
 from .devices import GPU_VISIBLE
@@ -256,7 +256,14 @@ class Runner:
 
     @staticmethod
     def _assemble(variant: Variant, task: Task, end: ChildEnd, timeout: float) -> Verdict:
-        return assemble(variant, end, TaskResult.read(task.files.result), read_text(task.files.stack), timeout)
+        """The verdict; where the child wrote no result (a hang or crash, perhaps the fault's own),
+        the faults meant for this probe are its evidence, so an injected hang never reads as a real one."""
+        result = TaskResult.read(task.files.result)
+        verdict = assemble(variant, end, result, read_text(task.files.stack), timeout)
+        meant = [str(r) for r in faults.parse(task.faults) if r.applies_to(variant.spec.id)] if task.faults else []
+        if result is None and meant:
+            verdict.evidence["faults_injected"] = meant
+        return verdict
 
     def _run_in_parent(self, variant: Variant, device: DeviceInfo) -> Verdict:
         """A probe that only reads host files (node-health): run here, no child, no GPU runtime,
@@ -425,8 +432,8 @@ class Runner:
             if after is not None:
                 after()
         except (KeyboardInterrupt, Interrupted) as exc:
-            interrupted = self.current or "(before the first probe)"
-            self.note(f"interrupted by {exc.args[0] if exc.args else 'Ctrl-C'} during {interrupted}")
+            interrupted = self.current or BEFORE_FIRST
+            self.note(f"interrupted by {exc.args[0] if exc.args else 'Ctrl-C'} {where_interrupted(interrupted)}")
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)

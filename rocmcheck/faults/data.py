@@ -331,7 +331,7 @@ def _blocking_backward(*args: Any, **kwargs: Any) -> None:
     threading.Event().wait()
 
 
-@fault("backward-hang", "loss.backward() blocks forever (the seeds' attention backward hang)")
+@fault("backward-hang", "loss.backward() blocks forever (the attention backward hang users report on ROCm)")
 def _backward_hang(arg: Optional[str]) -> None:
     import torch.autograd
 

@@ -79,7 +79,7 @@ def _patch_sdpa(arg: Optional[str], change: Callable[..., Any]) -> None:
     _wrap_sdpa(call)
 
 
-@fault("sdpa-backward-hang", "attention backward never returns under one SDPA backend (seeds; pytorch #186174)",
+@fault("sdpa-backward-hang", "attention backward never returns under one SDPA backend (pytorch #186174)",
        choices=SDPA_BACKENDS)
 def _sdpa_backward_hang(arg: Optional[str]) -> None:
     import torch
@@ -189,7 +189,7 @@ def _all_reduce_wrong(arg: Optional[str]) -> None:
     _export("all_reduce-wrong", arg)
 
 
-@fault("dataparallel-hang", "nn.DataParallel forward never returns (the seeds' DataParallel deadlock)")
+@fault("dataparallel-hang", "nn.DataParallel forward never returns (the DataParallel deadlock users report on ROCm)")
 def _dataparallel_hang(arg: Optional[str]) -> None:
     import torch
 
@@ -268,6 +268,7 @@ def _loader_corrupt(arg: Optional[str]) -> None:
 
 
 @fault("batch-corrupt", "every DataLoader batch (Accelerate's prepared loader too) reaches the model with one element "
-                        "changed: a batch corrupted on its way to the device (the seeds' Accelerate placement)")
+                        "changed: a batch corrupted on its way to the device (as users report with Accelerate's "
+                        "device placement)")
 def _batch_corrupt(arg: Optional[str]) -> None:
     _corrupt_batches(lambda loader: True)

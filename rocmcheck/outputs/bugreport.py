@@ -187,12 +187,14 @@ def markdown(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: 
     by_variant = {r.variant: r for r in scripts}
     shown = bad if trim.max_verdicts is None else bad[:trim.max_verdicts]
     code_shown: Counter = Counter()
+    tails_shown: Dict[Tuple[str, str], str] = {}  # (evidence key, its text) -> the variant that showed it first
     for v in shown:
         script = by_variant.get(v["variant"])
         show_code = script is not None and (trim.code_per_module is None
                                             or code_shown[script.module] < trim.code_per_module)
         code_shown[script.module if script else ""] += show_code
-        out += _verdict_section(v, script, show_code, no_repro.get(v["variant"]), trim.evidence_chars, trim.helpers)
+        out += _verdict_section(v, script, show_code, no_repro.get(v["variant"]), trim.evidence_chars, trim.helpers,
+                                tails_shown)
     if len(shown) < len(bad):
         out += ["", "Also not passing: " + _names([f"`{v['variant']}` ({v['status']})" for v in bad[len(shown):]])]
     warns = [v for v in report["verdicts"] if v["status"] == "warn"]
@@ -273,7 +275,12 @@ def _fingerprint_table(report: Dict[str, Any]) -> str:
 
 
 def _verdict_section(v: Dict[str, Any], script: Optional[repro.Reproducer], show_code: bool,
-                     why_none: Optional[str], evidence_chars: int, helpers: bool = True) -> List[str]:
+                     why_none: Optional[str], evidence_chars: int, helpers: bool = True,
+                     tails_shown: Optional[Dict[Tuple[str, str], str]] = None) -> List[str]:
+    """One failure's section. A long evidence text (a hang's stacks, a traceback) that an earlier
+    section showed word for word is named, not repeated: ten variants hung in one place are one
+    stack to read (`tails_shown` collects them across the sections)."""
+    tails_shown = {} if tails_shown is None else tails_shown
     ev = _mapping(v.get("evidence"))
     out = ["", f"## {v['status'].upper()} `{v['variant']}`", "", short(v.get("message", ""), 1000), ""]
     exited = None if ev.get("signal") or ev.get("returncode") == 0 else ev.get("exit")
@@ -287,7 +294,10 @@ def _verdict_section(v: Dict[str, Any], script: Optional[repro.Reproducer], show
             for issue in v.get("known_issues") or []]
     for key in EVIDENCE_TAILS:
         if ev.get(key):
-            out += _details(key.replace("_", " "), _tail(str(ev[key]), evidence_chars))
+            tail = _tail(str(ev[key]), evidence_chars)
+            first = tails_shown.setdefault((key, tail), v["variant"])
+            out += (_details(key.replace("_", " "), tail) if first == v["variant"]
+                    else ["", f"{key.replace('_', ' ').capitalize()}: the same as `{first}`'s above."])
     if script and show_code:
         out += _details(f"standalone reproducer <code>{script.filename}</code>"
                         + ("" if helpers else " (its rocmcheck helper modules: in the file)"),

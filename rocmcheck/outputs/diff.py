@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 from ..errors import UsageError
 from ..host.fingerprint import summary
 from ..model import Status, is_bad
-from ..records import Report
+from ..records import Report, where_interrupted
 from .render import short
 
 KINDS = ("regression", "fix", "changed", "new", "missing")
@@ -111,7 +111,8 @@ def text(sides: List[Dict[str, Any]], result: Diff) -> str:
              for name, s in zip(("baseline", "current "), sides)]
     if sides[0]["machine"] != sides[1]["machine"]:
         lines.append("note: the two runs come from different machines")
-    lines += [f"note: {s['file']} is partial (interrupted during {s['interrupted']})" for s in sides if s["partial"]]
+    lines += [f"note: {s['file']} is partial (interrupted {where_interrupted(s['interrupted'])})"
+              for s in sides if s["partial"]]
     rows = [[c.kind.upper(), c.variant, c.baseline or "-", c.current or "-", short(c.message, 70)]
             for c in result.changes]
     if rows:

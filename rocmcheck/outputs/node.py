@@ -50,7 +50,7 @@ def verdict(report: Report, exit_code: int, files: Optional[Dict[str, str]] = No
     # a GO node can still be one to watch (correctable errors rising, a GPU throttled at idle)
     warnings = [{"check": v.variant, "message": v.message, "device": v.device or run.device}
                 for v in report.verdicts if v.status is Status.WARN]
-    interrupted = {"error": f"interrupted during {run.interrupted}"} if run.partial else {}
+    interrupted = {"error": f"interrupted {run.where_interrupted()}"} if run.partial else {}
     unwritten = {"unwritten": dict(run.unwritten)} if run.unwritten else {}
     return {**_head(exit_code), **interrupted, "device": run.device, "backend": report.device.get("backend"),
             "gpus_seen": report.device.get("count"), "counts": run.counts, "failing": failing,

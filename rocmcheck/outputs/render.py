@@ -29,7 +29,7 @@ def verdict_line(v: Verdict) -> str:
 def counts_line(report: Report) -> str:
     run = report.run
     parts = [f"{run.counts[s.value]} {s.value}" for s in STATUS_ORDER if run.counts.get(s.value)]
-    partial = f" (PARTIAL: interrupted during {run.interrupted})" if run.partial else ""
+    partial = f" (PARTIAL: interrupted {run.where_interrupted()})" if run.partial else ""
     return (", ".join(parts) or "no probes run") + partial
 
 

@@ -149,6 +149,10 @@ def reproduce(config, sources):
     watchdog.cancel()
     sys.stderr.flush()
     print(f"{status} {config['variant']}: {message}")
+    if config.get("injected"):  # the recorded failure was a drill: say so beside a PASS
+        print(f"note: the recorded {config['recorded']} was caused by a fault rocmcheck injected on purpose "
+              f"({', '.join(config['injected'])}), a self-test; this script runs without it, so PASS is "
+              "what a healthy machine prints")
     if ctx.measurements:
         print(f"measurements: {ctx.measurements}")
     sys.stdout.flush()
@@ -329,7 +333,8 @@ def build(spec: ProbeSpec, verdict: Mapping[str, Any], report: Mapping[str, Any]
     config = {"probe": spec.id, "variant": verdict.get("variant", spec.id), "module": spec.module,
               "params": _params(spec, verdict), "device": str((report.get("run") or {}).get("device") or "cpu"),
               "profile": str((report.get("run") or {}).get("profile") or "full"), "timeout_s": spec.timeout,
-              "env": variant_env(report, verdict)}
+              "env": variant_env(report, verdict), "recorded": str(verdict.get("status", "?")).upper(),
+              "injected": [str(f) for f in (verdict.get("evidence") or {}).get("faults_injected") or []]}
     ordered = [spec.module, *sorted(n for n in sources if n not in (spec.module, "rocmcheck")), "rocmcheck"]
 
     def script(helpers: bool) -> str:
