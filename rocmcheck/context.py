@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, NoReturn, Optio
 from . import torchapi
 from .errors import Hang, Outcome, ProbeFailure, Skip
 from .markers import TaskFiles
+from .model import SPEED_KEY, SpeedFigure
 
 TF32_OVERRIDE_ENV = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
 
@@ -151,6 +152,13 @@ class ProbeContext:
     def measure(self, **values: Any) -> None:
         """Record measurements (kept whatever the verdict, e.g. GB/s, max error)."""
         self.measurements.update(values)
+
+    def measure_speed(self, name: str, unit: str, samples: Sequence[float], method: str = "") -> SpeedFigure:
+        """Record one rate (`SpeedFigure`: higher is better) under measurements["speed"][name]; the
+        runner and the outputs judge it, the probe only measures."""
+        figure = SpeedFigure(name, unit, [float(s) for s in samples], method)
+        self.measurements.setdefault(SPEED_KEY, {})[name] = figure.to_dict()
+        return figure
 
     def progress(self, text: str) -> None:
         """Say where the probe is: one line of the child's output, flushed at once, so the verdict

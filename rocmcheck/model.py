@@ -250,6 +250,46 @@ class Verdict:
         return cls(**kwargs)
 
 
+SPEED_KEY = "speed"  # Verdict.measurements[SPEED_KEY]: figure name -> SpeedFigure.to_dict()
+
+
+@dataclass(frozen=True)
+class SpeedFigure:
+    """One measured rate (higher is better): a throughput or a bandwidth, with its samples and how
+    it was taken, so that it can be judged against the device's spec, the node's other GPUs and a
+    baseline run (issue: speed is a verdict). `value` is the samples' median: robust to the one
+    slow sample a shared machine gives, and the figure every judgement compares."""
+
+    name: str  # what was measured, stable across runs: "matmul-bf16", "h2d-pinned", "device-memory-triad", ...
+    unit: str  # "TFLOPS" or "GB/s"
+    samples: List[float]  # one rate per timed repetition, after warm-up
+    method: str = ""  # the clock (device events or wall clock), warm-up, sizes: what a reader needs to trust it
+    expected: Optional[float] = None  # the reference it was judged against (spec, node median), in `unit`
+    reference: str = ""  # where `expected` comes from: the spec row's source link, "node median", ...
+
+    @property
+    def value(self) -> float:
+        ordered = sorted(self.samples)
+        mid = len(ordered) // 2
+        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {**asdict(self), "value": self.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "SpeedFigure":
+        samples = [float(s) for s in data.get("samples") or [data["value"]]]
+        return cls(str(data["name"]), str(data["unit"]), samples, str(data.get("method", "")),
+                   None if data.get("expected") is None else float(data["expected"]), str(data.get("reference", "")))
+
+
+def speed_figures(verdict: "Verdict") -> Dict[str, SpeedFigure]:
+    """The speed figures a verdict carries (none for most probes), by name."""
+    found = verdict.measurements.get(SPEED_KEY)
+    return {name: SpeedFigure.from_dict({"name": name, **fig}) for name, fig in found.items()} \
+        if isinstance(found, dict) else {}
+
+
 def preloads(variants: Sequence["Variant"]) -> List[str]:
     """The modules the selected variants' probes ask the zygote to import once."""
     return sorted({module for v in variants for module in v.spec.preload})

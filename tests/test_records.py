@@ -174,3 +174,18 @@ def test_the_plugin_records_a_write_failure_and_keeps_the_outcomes(pytester: pyt
     assert result.ret == 0
     result.stdout.fnmatch_lines([f"could not write {UNWRITABLE}: *; the verdict stands without them"])
     assert len(_said(result.stdout.str())) == 1
+
+
+def test_a_speed_figure_round_trips_and_its_value_is_the_median_of_its_samples() -> None:
+    from rocmcheck.context import ProbeContext
+    from rocmcheck.model import SpeedFigure, Status, Verdict, speed_figures
+
+    ctx = ProbeContext(device="cpu")
+    ctx.measure_speed("h2d-pinned", "GB/s", [10, 30, 20, 1000], method="wall clock, 4 samples after 1 warm-up")
+    verdict = Verdict.from_dict(json.loads(json.dumps(
+        Verdict("pcie-link", "pcie-link", Status.PASS, measurements=ctx.measurements).to_dict())))
+    figure = speed_figures(verdict)["h2d-pinned"]
+    assert figure == SpeedFigure("h2d-pinned", "GB/s", [10.0, 30.0, 20.0, 1000.0],
+                                 "wall clock, 4 samples after 1 warm-up")
+    assert figure.value == 25.0 and verdict.measurements["speed"]["h2d-pinned"]["value"] == 25.0
+    assert speed_figures(Verdict("x", "x", Status.PASS, measurements={"speed": "garbage"})) == {}
