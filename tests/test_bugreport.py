@@ -56,6 +56,7 @@ def test_from_a_saved_run_failing_first_with_evidence_known_issues_matrix_doctor
                                                                    "fix": "sudo usermod -aG render $USER"}]}
     source = _saved_report(tmp_path, verdicts, doctor=doctor)
     out = tmp_path / "out" / "attach.md"
+    out.parent.mkdir()  # a named file's folder is never made for it
     assert main(["report", "--from", str(source), "-o", str(out), "--anonymize"]) == 0
     md, twin, scripts = _files(out)
     for gone in (HF, "tok-in-old-argv", "/home/alice", "10.20.30.40", "hip-key-value"):
