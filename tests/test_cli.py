@@ -240,3 +240,29 @@ def test_report_from_a_run_writes_the_files_json_and_md_name(tmp_path, capsys):
     assert "fake-fail" in y.read_text() and "FAIL" in y.read_text()
     out = capsys.readouterr().out
     assert f"wrote {x}" in out and f"wrote {y}" in out and (tmp_path / "bug.md").is_file()
+
+
+@pytest.mark.parametrize("inject", ["segv@nosuchprobe", "segv@fake-pass[1]", "simgpu:1,segv@fake-pas"])
+def test_a_fault_aimed_at_no_selected_probe_is_refused_before_the_run(tmp_path, monkeypatch, capsys, inject):
+    """`gate --inject segv@nosuchprobe` was GO with no word that the fault met no probe."""
+    from rocmcheck.cli import main
+    from rocmcheck.engine import runner
+
+    started = []
+    monkeypatch.setattr(runner.Runner, "__init__", lambda self, *a, **k: started.append(a) or 1 / 0)
+    argv = ["gate", "--device", "cpu", "--probes-path", FAKE, "--require", "fake-pass", "--out-dir", str(tmp_path)]
+    assert main([*argv, "--inject", inject]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "is aimed at no probe of this run" in lines[0] and "fake-pass" in lines[0], lines
+    assert captured.out == "" and started == [] and list(tmp_path.iterdir()) == []
+
+
+def test_a_fault_aimed_at_a_selected_probe_or_the_canary_passes_the_check():
+    from rocmcheck import registry
+    from rocmcheck.engine.runner import check_fault_targets
+    from rocmcheck.engine.selection import select
+
+    variants = select(registry.load_all([FAKE]), ["fake-pass"], "")
+    for inject in ("segv@fake-pass", "segv@fake-*", "segv", "hang@device-canary", "simgpu:1,segv@fake-pass"):
+        check_fault_targets(inject, variants)  # no UsageError

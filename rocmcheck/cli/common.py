@@ -69,10 +69,11 @@ def note(text: str) -> None:
 
 def execute(opts: RunOptions, variants: List[Variant], stream: Optional[TextIO] = None) -> Report:
     """Run `variants` with a live line each; the report (the command's outputs written)."""
-    from ..engine.runner import Runner
+    from ..engine.runner import Runner, check_fault_targets
 
     if not variants:
         raise UsageError("no probe variant matches the selection")
+    check_fault_targets(opts.inject, variants)  # the runner checks too, but here it comes before the first line
     print(f"rocmcheck {__version__}: {len(variants)} variants, isolation {opts.isolation}, "
           f"device {opts.device}, profile {opts.profile}", file=stream or sys.stdout, flush=True)
     return Runner(opts, lambda v: live(v, stream), note, offered(opts.command)).run(variants)
