@@ -4,7 +4,8 @@ and value rules run over every string (captured output, stacks, tracebacks and a
 
 `safetext.clean` applies them where a verdict's text is first built, so run reports, the
 journal, the node verdict and the terminal are clean by construction; `bugreport` applies
-them again (with the environment allow-list) to whatever report it is given.
+them again (with the environment allow-list) to whatever report it is given, and to each
+file of the attachment as it writes it.
 
 Sources (docs/design.md, "Secret redaction"): vLLM collect_env's prefix allow-list, sentry-python's
 DEFAULT_DENYLIST and detect-secrets' keyword plugin for names, gitleaks rules for token shapes.
@@ -14,11 +15,11 @@ directory, user name, host name and IP addresses.
 
 Every rule runs in linear time: a variable-length run starts only where the run itself
 starts (a look-behind on its own characters), and what follows it is checked in constant
-time, so no input backtracks quadratically.
+time, so no input backtracks quadratically; a secret key's value is read to the end of its
+run only where it is replaced, and no later match starts inside what was replaced.
 """
 from __future__ import annotations
 
-import functools
 import getpass
 import ipaddress
 import os
@@ -51,6 +52,10 @@ URL_PARAM_SECRETS = ("sig", "signature", "key", "code", "x_amz_signature", "x_am
 
 REDACTED = "[REDACTED]"
 
+# Where a secret may start: not inside a word, or right after an escaped line break or tab (`\n`,
+# `\t`, `\r` as two characters: a string literal in source code, a JSON log line, a repr).
+_START = r"(?:(?<![\w-])|(?<=\\[nrt]))"
+
 # One table of token shapes, each recognisable without context (gitleaks' rules, lenient on
 # length: a false positive costs a few characters of a report, a false negative leaks a credential).
 # A token starts a word (checked after the match, so that each pattern keeps its literal prefix,
@@ -58,9 +63,9 @@ REDACTED = "[REDACTED]"
 # length anchors its start in the pattern instead); group 1, where there is one, is the secret.
 TOKEN_SHAPES: Tuple[Tuple[str, str], ...] = (
     ("GitHub token", r"gh[pousr]_[0-9A-Za-z]{20,}|github_pat_\w{22,}"),
-    ("GitLab token", r"gl(?:pat|dt|ptt|rt|cbt|oas|soat|ft|imt|agent)-[0-9A-Za-z_-]{20,}"),
+    ("GitLab token", r"gl(?:pat|dt|ptt|rt|cbt|oas|soat|ft|imt|agent)-[0-9A-Za-z_-]{8,}(?:\.[0-9A-Za-z_-]+)*"),
     ("Hugging Face token", r"(?:hf_|api_org_)[A-Za-z0-9]{16,}"),
-    ("Slack token", r"xox[abposr]-[0-9A-Za-z-]{10,}|xapp-\d-[0-9A-Za-z-]{10,}"),
+    ("Slack token", r"(?:xoxe\.)?xox[abeposr]-[0-9A-Za-z-]{6,}|xapp-\d-[0-9A-Za-z-]{10,}"),
     ("Slack webhook", r"hooks\.slack\.com/((?:services|workflows)/[0-9A-Za-z/_-]{20,})"),
     ("AWS access key id", r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?!\w)"),
     ("Google API key", r"AIza[0-9A-Za-z_-]{35}"),
@@ -71,7 +76,7 @@ TOKEN_SHAPES: Tuple[Tuple[str, str], ...] = (
     ("npm token", r"npm_[0-9A-Za-z]{30,}"),
     ("PyPI token", r"pypi-AgE[0-9A-Za-z_-]{30,}"),
     ("Docker Hub token", r"dckr_pat_[0-9A-Za-z_-]{20,}"),
-    ("JSON web token", r"(?<![\w-])eyJ[0-9A-Za-z_-]{8,}\.eyJ[0-9A-Za-z_-]{8,}\.[0-9A-Za-z_-]*"),  # run, then "."
+    ("JSON web token", _START + r"eyJ[0-9A-Za-z_-]{8,}\.eyJ[0-9A-Za-z_-]{8,}\.[0-9A-Za-z_-]*"),  # run, then "."
 )
 
 Span = Optional[Tuple[int, int]]  # where the secret is inside a match; None: no secret after all
@@ -88,17 +93,36 @@ class Rule:
 
 def _key_value(m: "re.Match[str]") -> Span:
     """`key=value`, `key: value` or `"key": "value"`: the value when the key looks secret and
-    the value is no code (a traceback quotes source lines such as `token = new_token()`)."""
+    the value is no code (a traceback quotes source lines such as `token = new_token()`).
+
+    The match ends at the separator (the value is looked at, not taken), so a value that is
+    itself an option string is searched too: `PYTORCH_CUDA_ALLOC_CONF=password:pw,...`. A bare
+    value is read up to the next `:` or `=`, so that such a pair is found; a secret one is
+    redacted to the end of its run (`token=abc:def==` loses `abc:def==`)."""
     if not secret_key(m.group("key")):
         return None
     group = next(g for g in ("q1", "q2", "bare") if m.group(g) is not None)
     value = m.group(group)
-    if group == "bare" and _PARSER_LOCATION.match(m.string, m.start(group)):
+    if group != "bare":
+        return None if _names_a_variable(value, quoted=True) else m.span(group)
+    if _PARSER_LOCATION.match(m.string, m.start(group)):
         return None  # a parser's place, not a value: expat's "unclosed token: line 5, column 11"
-    code = group == "bare" and (value in CODE_WORDS or m.string[m.end():m.end() + 1] in ("(", "["))
-    if code or _IDENTIFIER.fullmatch(value) and secret_key(value):
-        return None  # `token=token`, `"TOKEN_ENV": "ROCMCHECK_CHILD_TOKEN"`, `token: str`, `key = f(...)`
-    return m.span(group)
+    pair = m.group("sep") == ":" and not m.group("space")  # `password:pw` in an option string, never code
+    code = value in CODE_WORDS or m.string[m.end(group):m.end(group) + 1] in ("(", "[")
+    if not pair and (code or _names_a_variable(value, quoted=False)):
+        return None  # `token=token`, `token: str`, `key = f(...)`, `api_key = self.api_key`
+    run = _BARE_RUN.match(m.string, m.start(group))
+    assert run is not None  # the run matches where the value did
+    return m.start(group), run.end()
+
+
+def _names_a_variable(value: str, quoted: bool) -> bool:
+    """Whether a secret key's value is a name, not a secret: an environment variable's name
+    (`"TOKEN_ENV": "HF_TOKEN"`) or, unquoted, an identifier whose last word is a secret word
+    (`token=token`, `password = args.db_password`); `password:supersecret` is a value."""
+    if _ENV_NAME.fullmatch(value):
+        return secret_name(value)
+    return not quoted and bool(_IDENTIFIER.fullmatch(value) and _SECRET_WORD_LAST.search(value.lower()))
 
 
 def _option(m: "re.Match[str]") -> Span:
@@ -126,24 +150,32 @@ _VALUE_END = r"\s'\"`,;&(){}\[\]<>\\"
 CONTEXT_RULES: Tuple[Rule, ...] = (
     Rule("credentials in a URL", r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,30}://(?P<userinfo>[^\s/?#'\"<>]*)@",
          _userinfo),
-    Rule("authorization header", r"(?<![\w-])(?:proxy-)?authorization['\"]?[ \t]*[:=][ \t]*['\"]?"
+    Rule("authorization header", _START + r"(?:proxy-)?authorization['\"]?[ \t]*[:=][ \t]*['\"]?"
          r"(?:(?:bearer|basic|token|digest|negotiate|apikey)[ \t]+)?([^\s'\"]+)", flags=re.I),
-    Rule("authorization header", r"(?<![\w-])bearer[ \t]+([0-9A-Za-z._~+/-]{8,}=*)", flags=re.I),
-    Rule("cookie", r"(?<![\w-])(?:set-)?cookie['\"]?[ \t]*:[ \t]*([^\n]+)", flags=re.I),
-    Rule("secret option", rf"(?<![\w-])(?P<key>--?[A-Za-z][\w-]{{0,99}})(?:=|[ \t]+)['\"]?(?P<value>[^{_VALUE_END}]+)",
+    Rule("authorization header", _START + r"bearer[ \t]+([0-9A-Za-z._~+/-]{8,}=*)", flags=re.I),
+    Rule("cookie", _START + r"(?:set-)?cookie['\"]?[ \t]*:[ \t]*([^\n]+)", flags=re.I),
+    Rule("secret option", _START + rf"(?P<key>--?[A-Za-z][\w-]{{0,99}})(?:=|[ \t]+)['\"]?(?P<value>[^{_VALUE_END}]+)",
          _option),
     Rule("secret URL parameter", rf"[?&](?P<key>[\w.-]{{1,100}})=(?P<value>[^&#{_VALUE_END}]+)", _url_param),
-    Rule("secret-named value", r"(?<![\w.-])(?P<key>[A-Za-z_][\w.-]{0,99})['\"]?[ \t]*[:=](?![:=])[ \t]*"
-         rf"(?:'(?P<q1>[^'\n]{{1,256}})'|\"(?P<q2>[^\"\n]{{1,256}})\"|(?P<bare>[^{_VALUE_END}]+))", _key_value),
+    Rule("secret-named value", r"(?<![\w.-])(?P<key>[A-Za-z_][\w.-]{0,99})['\"]?[ \t]*(?P<sep>[:=])(?![:=])"
+         r"(?P<space>[ \t]*)(?=(?:'(?P<q1>[^'\n]{1,256})'|\"(?P<q2>[^\"\n]{1,256})\""
+         rf"|(?P<bare>[^{_VALUE_END}:=]+)))", _key_value),
 )
 def _token(m: "re.Match[str]") -> Span:
-    before = m.string[m.start() - 1] if m.start() else " "
-    return None if before.isalnum() or before in "_-~." else m.span(1) if m.re.groups else m.span()
+    start = m.start()
+    before = m.string[start - 1] if start else " "
+    escaped = before in "nrt" and m.string[start - 2:start - 1] == "\\"  # `\nxoxb-...`: a new line
+    if (before.isalnum() or before in "_-~.") and not escaped:
+        return None
+    return m.span(1) if m.re.groups else m.span()
 
 
 VALUE_RULES: Tuple[Rule, ...] = (*(Rule(kind, pattern, _token) for kind, pattern in TOKEN_SHAPES), *CONTEXT_RULES)
 
 _IDENTIFIER = re.compile(r"[\w.-]+")
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9]*_[A-Z0-9_]+")
+_SECRET_WORD_LAST = re.compile(r"(?:^|[._-])(?:" + "|".join(KEY_ENDINGS) + r")$")
+_BARE_RUN = re.compile(rf"[^{_VALUE_END}]*")
 # Where a parser stopped, as expat and Python's parsers say it after a colon. Only the bare word
 # `line` followed by this shape is spared, so a real value after `token:` still goes.
 _PARSER_LOCATION = re.compile(r"line \d+, column \d+\b")
@@ -260,20 +292,26 @@ class Redactor:
         """`text` with every secret (and, anonymizing, every identity) replaced."""
         text = self._private_keys(text)
         for rule in self.rules:
-            text = rule.pattern.sub(functools.partial(self._replace, rule=rule), text)
+            text = self._apply(rule, text)
         return text
 
-    def _replace(self, match: "re.Match[str]", rule: Rule) -> str:
-        span = rule.secret(match)
-        if span is None:
-            return match.group(0)
-        value = match.string[span[0]:span[1]]
-        if not value or value == REDACTED or value in ANON_REPLACEMENTS.values():
-            return match.group(0)
-        self._note(rule.kind, value)
-        start, end = span[0] - match.start(), span[1] - match.start()
-        whole = match.group(0)
-        return whole[:start] + ANON_REPLACEMENTS.get(rule.kind, REDACTED) + whole[end:]
+    def _apply(self, rule: Rule, text: str) -> str:
+        """`text` with each secret `rule` finds replaced. A secret may end past its match (a
+        key's value, looked at but not taken); a match that starts inside a replaced one is
+        skipped, so each character is replaced at most once."""
+        out: List[str] = []
+        pos = 0
+        for match in rule.pattern.finditer(text):
+            span = None if match.start() < pos else rule.secret(match)
+            if span is None or span[0] < pos:
+                continue
+            value = text[span[0]:span[1]]
+            if not value or value == REDACTED or value in ANON_REPLACEMENTS.values():
+                continue
+            self._note(rule.kind, value)
+            out += [text[pos:span[0]], ANON_REPLACEMENTS.get(rule.kind, REDACTED)]
+            pos = span[1]
+        return "".join(out) + text[pos:] if out else text
 
     def _private_keys(self, text: str) -> str:
         """PEM private key blocks, also cut ones: from a BEGIN without END the key lines after
@@ -314,7 +352,8 @@ class Redactor:
             if self.allow_list and not str(name).startswith(ENV_PREFIXES):
                 self.omitted_env.add(str(name))
             elif secret_name(str(name)):
-                self._note("secret-named variable", str(value))
+                if value != REDACTED:  # redacted as the run recorded it
+                    self._note("secret-named variable", str(value))
                 kept[self.text(str(name))] = REDACTED
             else:
                 kept[self.text(str(name))] = self.data(value)
@@ -348,8 +387,8 @@ class Redactor:
         """One sentence for the report: how many values of which kind, never the values;
         `already`: how many the run itself had redacted when it recorded them."""
         secret = {k: n for k, n in self.counts().items() if k not in ANON_REPLACEMENTS}
-        parts = [f"{kind}: {n}" for kind, n in secret.items()]
-        text = f"Redacted {sum(secret.values())} value(s) ({', '.join(parts)})." if parts else \
+        parts = [f"{n} {kind}" for kind, n in secret.items()]  # "kind: n" would read as a secret key's value
+        text = f"Redacted {sum(secret.values())} value(s): {', '.join(parts)}." if parts else \
             "No secret matched the redaction rules."
         if already:
             text += f" {already} more had been redacted as the run recorded them."

@@ -56,11 +56,12 @@ def test_from_a_saved_run_failing_first_with_evidence_known_issues_matrix_doctor
                                                                    "fix": "sudo usermod -aG render $USER"}]}
     source = _saved_report(tmp_path, verdicts, doctor=doctor)
     out = tmp_path / "out" / "attach.md"
+    out.parent.mkdir()  # a named file's folder is never made for it
     assert main(["report", "--from", str(source), "-o", str(out), "--anonymize"]) == 0
     md, twin, scripts = _files(out)
     for gone in (HF, "tok-in-old-argv", "/home/alice", "10.20.30.40", "hip-key-value"):
         assert gone not in md and gone not in twin
-    assert "secret-named variable: 1" in md and "`HIP_API_KEY=[REDACTED]`" in md
+    assert "Redacted 2 value(s): 1 secret option, 1 secret-named variable." in md and "`HIP_API_KEY=[REDACTED]`" in md
     assert "ROCR_VISIBLE_DEVICES" in md and "gfx1100" in md and "Radeon RX 7900 XTX" in md
     # failing verdicts first, worst first (hang before crash: rocmcheck.model.Status), then warnings,
     # known issues, the matrix, the doctor

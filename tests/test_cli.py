@@ -147,9 +147,31 @@ BAD_KNOWN_ISSUES = '{"issues": [{"id": "mine", "probe": "fake-*", "message": "(u
     (lambda d: ["report", "--from", _long_schema(d / "long.json")], "schema version 1111*… is not supported"),
     (lambda d: ["run", "--probes-path", FAKE, "--probe", "fake-pass"],
      "*known.json': entry 'mine': 'message' is not a valid regular expression*"),
+    # issue 31 item 7: every command's output paths, one check: no folder is made for a named file
+    (lambda d: ["report", "--from", str(d / "good.json"), "-o", str(d / "nodir" / "r.md")],
+     "-o */nodir/r.md: the folder */nodir does not exist"),
+    (lambda d: ["report", "--from", str(d / "good.json"), "--json", str(d / "nodir" / "r.json")],
+     "--json */nodir/r.json: the folder */nodir does not exist"),
+    (lambda d: ["diff", str(d / "good.json"), str(d / "good.json"), "--json", str(d / "nodir" / "d.json")],
+     "--json */nodir/d.json: the folder */nodir does not exist"),
+    (lambda d: ["diff", str(d / "good.json"), str(d / "good.json"), "--json", str(d / "a-folder")],
+     "--json * is a folder: name a file"),
+    (lambda d: ["matrix", str(d / "good.json"), "--md", str(d / "nodir" / "m.md")],
+     "the folder */nodir does not exist"),
+    # issue 31 item 8: '-' is stdout only where a command writes a document there
+    (lambda d: ["run", "--md", "-"], "--md -: only --json writes to stdout ('-') here; name a file"),
+    (lambda d: ["gate", "--md", "-"], "--md -: only --json writes to stdout ('-') here; name a file"),
+    (lambda d: ["report", "--from", str(d / "good.json"), "--json", "-"],
+     "--json -: this command writes nothing to stdout ('-') here; name a file"),
+    (lambda d: ["matrix", str(d / "good.json"), "--html", "-"], "--html -: this command writes nothing to stdout*"),
+    (lambda d: ["diff", str(d / "good.json"), str(d / "good.json"), "--json", "-"],
+     "--json -: this command writes nothing to stdout*"),
 ], ids=["out-dir-file", "out-dir-under-file", "md-folder", "json-missing-folder", "html-folder", "o-folder",
         "timeout-inf", "timeout-1e309", "timeout-nan", "timeout-negative", "first-use-zero", "inject-comma",
-        "inject-empty-glob", "matrix-long-schema", "diff-long-schema", "report-long-schema", "known-issues"])
+        "inject-empty-glob", "matrix-long-schema", "diff-long-schema", "report-long-schema", "known-issues",
+        "report-o-missing-folder", "report-json-missing-folder", "diff-json-missing-folder", "diff-json-folder",
+        "matrix-md-missing-folder", "run-md-stdout", "gate-md-stdout", "report-json-stdout", "matrix-html-stdout",
+        "diff-json-stdout"])
 def test_bad_input_fails_in_one_line_before_any_probe_runs(tmp_path, monkeypatch, capsys, make_args, message):
     """Issue 21, section 7: each is a one-line error and exit 2, before a runner exists, leaving no file."""
     from fnmatch import fnmatch
@@ -178,6 +200,69 @@ def test_bad_input_fails_in_one_line_before_any_probe_runs(tmp_path, monkeypatch
 def test_a_file_may_go_in_the_out_dir_the_run_creates(tmp_path):
     from rocmcheck.engine.options import check_outputs
 
-    new, attach = tmp_path / "reports", tmp_path / "attach"
-    check_outputs({"--out-dir": new, "-o": attach}, {"--json": new / "run.json", "-o": attach / "bug.md"})
+    new = tmp_path / "reports"
+    check_outputs({"--out-dir": new}, {"--json": new / "run.json", "-o": new / "bug.md"})
     assert not new.exists()  # checked, nothing created
+
+
+# --- issue 31 item 8: options that were silently ignored -------------------------------------
+
+
+@pytest.mark.children
+def test_run_json_dash_writes_the_report_to_stdout_and_the_rest_to_stderr(tmp_path, capfd):
+    """`run --json -` wrote JSON nowhere and exited 0; now stdout is the JSON report, alone."""
+    from rocmcheck.cli import main
+
+    code = main(["run", "--device", "cpu", "--probes-path", FAKE, "--probe", "fake-pass", "--probe", "fake-fail",
+                 "--out-dir", str(tmp_path), "--json", "-"])
+    out, err = capfd.readouterr()
+    assert code == 1, err
+    report = json.loads(out)  # the whole of stdout is one document
+    assert report["schema"] == "rocmcheck-report"
+    assert {v["variant"]: v["status"] for v in report["verdicts"]} == {"fake-pass": "pass", "fake-fail": "fail"}
+    assert "fake-fail" in err and "wrote" in err  # the live lines, the matrix and the files line
+    assert list(tmp_path.glob("rocmcheck-*.json"))  # the run's own file as well
+
+
+def test_report_from_a_run_writes_the_files_json_and_md_name(tmp_path, capsys):
+    """`report --from R.json --json x --md y` wrote neither; now both, from the loaded run."""
+    from rocmcheck.cli import main
+    from rocmcheck.outputs.storage import load_report
+
+    saved = {"schema": "rocmcheck-report", "schema_version": "1.3", "run": {"id": "saved", "device": "cpu"},
+             "verdicts": [{"probe": "fake-fail", "variant": "fake-fail", "status": "fail", "message": "boom",
+                           "params": {}, "evidence": {}, "known_issues": [], "env": {}, "duration_s": 0.1}]}
+    (tmp_path / "R.json").write_text(json.dumps(saved))
+    x, y = tmp_path / "x.json", tmp_path / "y.md"
+    assert main(["report", "--from", str(tmp_path / "R.json"), "--json", str(x), "--md", str(y),
+                 "-o", str(tmp_path / "bug.md")]) == 0
+    assert [v.variant for v in load_report(x).verdicts] == ["fake-fail"] and load_report(x).run.id == "saved"
+    assert "fake-fail" in y.read_text() and "FAIL" in y.read_text()
+    out = capsys.readouterr().out
+    assert f"wrote {x}" in out and f"wrote {y}" in out and (tmp_path / "bug.md").is_file()
+
+
+@pytest.mark.parametrize("inject", ["segv@nosuchprobe", "segv@fake-pass[1]", "simgpu:1,segv@fake-pas"])
+def test_a_fault_aimed_at_no_selected_probe_is_refused_before_the_run(tmp_path, monkeypatch, capsys, inject):
+    """`gate --inject segv@nosuchprobe` was GO with no word that the fault met no probe."""
+    from rocmcheck.cli import main
+    from rocmcheck.engine import runner
+
+    started = []
+    monkeypatch.setattr(runner.Runner, "__init__", lambda self, *a, **k: started.append(a) or 1 / 0)
+    argv = ["gate", "--device", "cpu", "--probes-path", FAKE, "--require", "fake-pass", "--out-dir", str(tmp_path)]
+    assert main([*argv, "--inject", inject]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "is aimed at no probe of this run" in lines[0] and "fake-pass" in lines[0], lines
+    assert captured.out == "" and started == [] and list(tmp_path.iterdir()) == []
+
+
+def test_a_fault_aimed_at_a_selected_probe_or_the_canary_passes_the_check():
+    from rocmcheck import registry
+    from rocmcheck.engine.runner import check_fault_targets
+    from rocmcheck.engine.selection import select
+
+    variants = select(registry.load_all([FAKE]), ["fake-pass"], "")
+    for inject in ("segv@fake-pass", "segv@fake-*", "segv", "hang@device-canary", "simgpu:1,segv@fake-pass"):
+        check_fault_targets(inject, variants)  # no UsageError

@@ -117,6 +117,10 @@ TABLE = {  # kind -> a token of that shape, as the token table must catch it any
     "Docker Hub token": "dckr_pat_" + "i9" * 12,
     "JSON web token": "eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.c2ln",
 }
+MORE_SHAPES = {  # issue 31 item 4: short test tokens, Slack's rotating tokens, GitLab's routable ones
+    "Slack token": ("xoxb-FAKE-1234", "xoxe.xoxp-1-Mi0yLTE3NzY0", "xoxe-1-My0xLTI2OTcy"),
+    "GitLab token": ("glpat-FAKE123456", "glpat-Ab3dEf6hIj9kLm2nOp5q.01.0w1x2y3z4"),
+}
 
 
 @pytest.mark.parametrize("kind", list(TABLE))
@@ -124,6 +128,22 @@ def test_every_token_shape_of_the_table(kind):
     redactor = Redactor()
     assert redactor.text(f"value: ({TABLE[kind]}) end") == f"value: ({REDACTED}) end"
     assert redactor.counts() == {kind: 1}
+
+
+@pytest.mark.parametrize("kind,token", [(kind, token) for kind, tokens in MORE_SHAPES.items() for token in tokens])
+def test_short_rotating_and_routable_tokens(kind, token):
+    redactor = Redactor()
+    assert redactor.text(f"value: ({token}) end") == f"value: ({REDACTED}) end"
+    assert redactor.counts() == {kind: 1}
+
+
+@pytest.mark.parametrize("token", [*TABLE.values(), *(t for tokens in MORE_SHAPES.values() for t in tokens)])
+def test_a_token_after_an_escaped_line_break_or_tab(token):
+    """Issue 31 item 4: `\\n` and `\\t` as two characters (a string literal in a probe's source, a
+    JSON log line) end a word: the token after them goes."""
+    text = f'NOTE = "sent\\n{token}\\tand\\t{token}\\r\\n"'
+    out = Redactor().text(text)
+    assert token not in out and out == f'NOTE = "sent\\n{REDACTED}\\tand\\t{REDACTED}\\r\\n"', out
 
 
 @pytest.mark.parametrize("text,secret", [
@@ -136,6 +156,11 @@ def test_every_token_shape_of_the_table(kind):
     ("curl -H 'Authorization: Bearer abc.def.ghi'", "abc.def.ghi"),
     ("Cookie: session=s-1; theme=dark", "s-1"), ("token abc then bearer 0123456789abcdef", "0123456789abcdef"),
     ("https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX", "XXXXXXXXXXXXXXXXXXXXXXXX"),
+    # issue 31 item 4: a secret pair first in an option string, a password that is a word
+    ("PYTORCH_CUDA_ALLOC_CONF=password:pw-first,expandable_segments:True", "pw-first"),
+    ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,password:supersecret", "supersecret"),
+    ("--alloc-conf=mode:fast,token=tk-in-option", "tk-in-option"), ('{"password": "secret"}', '"secret"'),
+    ("token=abc:def==", "def=="),
 ])
 def test_context_forms_in_any_case(text, secret):
     out = Redactor().text(text)
@@ -152,6 +177,7 @@ def test_context_forms_in_any_case(text, secret):
     "git@github.com:ROCm/ROCm.git", "hf_hub_download(repo_id)", "the bearer of bad news",
     "ROCm 6.4 gfx942:sramecc+:xnack-",
     "not an nvidia-smi XML document: unclosed token: line 5, column 11",  # expat's place, not a token
+    "password = args.db_password", "Redacted 3 value(s): 2 Slack token, 1 GitLab token.",
 ])
 def test_near_misses_stay(text):
     redactor = Redactor()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rocmcheck.cli import main
+from rocmcheck.redact import REDACTED
 
 PEM_BODY = "MIIEowIBAAKCAQEAplantedPemBodyLine1xyz\nQWxhZGRpbjpvcGVuIHNlc2FtZXBsYW50ZWQ2"
 # kind -> (needle that must never appear, the text the probe prints it in). The first twelve are
@@ -137,3 +138,120 @@ def test_no_planted_secret_reaches_any_output(tmp_path, monkeypatch, capfd):
         assert "HIP_VISIBLE_DEVICES" in text and "HSA_OVERRIDE_GFX_VERSION" in text and "11.0.0" in text
     assert set(twin["fingerprint"]["host"]["env"]) >= {"HIP_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF"}
     assert "MY_SERVICE_PASSWORD" not in twin["fingerprint"]["host"]["env"]  # secret-looking: never collected
+
+
+# --- issue 31, item 4: the attachment `report --from` writes, every text of it ------------------
+# kind -> (needle that must never appear in any file, the text that carries it: a token as it is,
+# a context-told secret with its context).
+ATTACHED = {
+    "Slack bot token": ("xoxb-1122334455-5544332211-plantedBotTok", "xoxb-1122334455-5544332211-plantedBotTok"),
+    "Slack token, short": ("xoxb-FAKE-1234", "xoxb-FAKE-1234"),
+    "Slack rotating token": ("xoxe.xoxp-1-Mi0yLTE3NzY0planted", "xoxe.xoxp-1-Mi0yLTE3NzY0planted"),
+    "GitLab token": ("glpat-plantedGl4bT0ken12", "glpat-plantedGl4bT0ken12"),
+    "GitLab token, short": ("glpat-FAKE123456", "glpat-FAKE123456"),
+    "GitHub token": ("ghp_plantedAttachGitHub0123456789ab", "ghp_plantedAttachGitHub0123456789ab"),
+    "GitHub fine-grained token": ("github_pat_11PLANTED0_attachFineGrained0123",
+                                  "github_pat_11PLANTED0_attachFineGrained0123"),
+    "Hugging Face token": ("hf_plantedAttachHuggingFace01", "hf_plantedAttachHuggingFace01"),
+    "AWS access key id": ("AKIAPLANTEDATTACH123", "AKIAPLANTEDATTACH123"),
+    "OpenAI key": ("sk-proj-plantedAttachOpenAI0123456789", "sk-proj-plantedAttachOpenAI0123456789"),
+    "JWT": ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhdHRhY2gifQ.cGxhbnRlZEF0dGFjaA",
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhdHRhY2gifQ.cGxhbnRlZEF0dGFjaA"),
+    "URL user info": ("urlAttachPw-6610", "https://ci:urlAttachPw-6610@git.example/r.git"),
+    "password: first in an option string": ("firstPairPw-8871", "password:firstPairPw-8871,expandable_segments:True"),
+    "password: a word in an option string": ("supersecretword", "expandable_segments:True,password:supersecretword"),
+    "api_key= in an option string": ("optKey-44120", "mode:fast,api_key=optKey-44120"),
+}
+# Evidence that must survive: a parser's place after "token:", the allocator settings, GPU variables.
+ATTACHED_KEPT = ("unclosed token: line 1, column 11", "expandable_segments:True", "HIP_VISIBLE_DEVICES", "gfx1100")
+SIGNATURE_LINE = "Memory access fault by GPU node-1 (Agent handle: 0x5) on address (nil). Reason: Unknown."
+
+
+def _user_probe(texts) -> str:
+    """A user's probe whose source carries every plant: assigned, in a comment, and after an
+    escaped newline and tab inside a string (a reproducer embeds the source verbatim)."""
+    lines = ['"""A user probe that talks to chat and CI services."""', "import rocmcheck", ""]
+    for i, text in enumerate(texts):
+        lines += [f"PLANT_{i} = {text!r}", f"# {text}", f'NOTE_{i} = "sent\\n{text}\\tand\\t{text}"']
+    lines += ["", "", '@rocmcheck.probe("user-notify", title="notify", targets="chat", timeout=30)',
+              "def notify(ctx):", '    raise AssertionError("unclosed token: line 1, column 11")', ""]
+    return "\n".join(lines)
+
+
+def test_no_planted_secret_reaches_any_file_of_the_attachment(tmp_path, monkeypatch, capsys):
+    """Issue 31 item 4: planted in a saved run's environment blocks (GPU variables included),
+    message and evidence, in the process's own allow-listed variables, in the user probe's source
+    the reproducer embeds, and in the log; no file `report` writes, nor its output, keeps one."""
+    texts = [text for _, text in ATTACHED.values()]
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    (probes / "user_notify.py").write_text(_user_probe(texts))
+    env = {f"HIP_PLANT_{i}": text for i, text in enumerate(texts)}
+    env.update(PYTORCH_CUDA_ALLOC_CONF=ATTACHED["password: first in an option string"][1],
+               PYTORCH_HIP_ALLOC_CONF=ATTACHED["password: a word in an option string"][1], HIP_VISIBLE_DEVICES="0")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    joined = " ".join(texts)
+    verdict = {"probe": "user-notify", "variant": "user-notify", "status": "fail", "params": {}, "env": env,
+               "message": f"unclosed token: line 1, column 11; PYTORCH_CUDA_ALLOC_CONF={env['PYTORCH_CUDA_ALLOC_CONF']}"
+                          f" {joined}",
+               "duration_s": 0.1, "measurements": {"note": joined}, "known_issues": [],
+               "evidence": {"output_tail": "\n".join(texts), "stack": json.dumps({"log": "\n".join(texts)})}}
+    saved = {"schema": "rocmcheck-report", "schema_version": "1.3", "tool": {"name": "rocmcheck", "version": "0.1.0"},
+             "run": {"id": "planted", "device": "cuda:0", "profile": "full", "isolation": "zygote", "env": env,
+                     "argv": ["run"], "started": 1.7e9, "inject": ""},
+             "fingerprint": {"host": {"system": "Linux", "python": "3.11.7", "env": env},
+                             "device_facts": {"torch": "2.9.1+rocm6.4", "rocm": "6.4", "backend": "rocm",
+                                              "devices": [{"index": 0, "name": "Radeon", "arch": "gfx1100",
+                                                           "memory_bytes": 2 ** 34}]}},
+             "verdicts": [verdict]}
+    (tmp_path / "R.json").write_text(json.dumps(saved))
+    log = "\n".join([f"{SIGNATURE_LINE} {text}" for text in texts]
+                    + [json.dumps({"msg": f"{SIGNATURE_LINE}\n{text}"}) for text in texts])
+    (tmp_path / "train.log").write_text(log + "\n")
+    out = tmp_path / "attach"
+    out.mkdir()
+    assert main(["report", "--from", str(tmp_path / "R.json"), "-o", str(out / "bug.md"),
+                 "--probes-path", str(probes), "--log", str(tmp_path / "train.log")]) == 0
+    captured = capsys.readouterr()
+
+    files = {p.name: p.read_text() for p in out.iterdir()}
+    assert set(files) == {"bug.md", "bug.json", "bug-repro-user-notify.py"}, sorted(files)
+    assert "NOTE_0 = " in files["bug.md"] and "NOTE_0 = " in files["bug-repro-user-notify.py"]  # the source is in
+    assert "## The log" in files["bug.md"] and "Recognised lines" in files["bug.md"]
+    leaked = {kind: [name for name, text in {**files, "stdout": captured.out, "stderr": captured.err}.items()
+                     if needle in text]
+              for kind, (needle, _) in ATTACHED.items()}
+    leaked = {kind: where for kind, where in leaked.items() if where}
+    print(f"secret kinds planted: {len(ATTACHED)}, leaked: {len(leaked)}")
+    assert not leaked, leaked
+    for kept in ATTACHED_KEPT:  # over-redaction would destroy evidence
+        assert kept in files["bug.md"] and kept in files["bug.json"], kept
+    assert "`HIP_VISIBLE_DEVICES=0`" in files["bug.md"]
+    summary = next(line for line in files["bug.md"].splitlines() if line.startswith("> Redacted"))
+    assert REDACTED not in summary and "Slack token" in summary, summary  # the counts stay readable
+
+
+def test_every_file_of_the_attachment_is_redacted_as_it_is_written(tmp_path):
+    """Issue 31 item 4: `bugreport.write` is the one way out, so a section that skipped the
+    redactor (here: text put into the Markdown, the twin and a reproducer after `build`)
+    still leaves no secret in any file."""
+    from dataclasses import replace
+
+    from rocmcheck.outputs import bugreport, repro
+    from rocmcheck.records import Report
+
+    token, password = ATTACHED["Slack bot token"][0], ATTACHED["password: first in an option string"]
+    bug = bugreport.build(Report.from_dict({"schema": "rocmcheck-report", "schema_version": "1.3", "verdicts": []}))
+    late = f"`PYTORCH_CUDA_ALLOC_CONF={password[1]}` {token}"
+    script = f'SOURCE = r"""\nSLACK = "{token}"\nCONF = "{password[1]}"\n"""\n'
+    bug = replace(bug, markdown=bug.markdown + late, data={**bug.data, "late": late},
+                  reproducers=[repro.Reproducer("v", "bug-repro-v.py", script, "m")])
+    paths = bugreport.write(bug, tmp_path / "bug.md")
+    assert [p.name for p in paths] == ["bug.md", "bug.json", "bug-repro-v.py"]
+    for path in paths:
+        text = path.read_text()
+        assert token not in text and password[0] not in text and REDACTED in text, path.name
+        assert "expandable_segments:True" in text, path.name
+    late_in_twin = json.loads(paths[1].read_text())["late"]
+    assert late_in_twin == f"`PYTORCH_CUDA_ALLOC_CONF=password:{REDACTED},expandable_segments:True` {REDACTED}"

@@ -10,7 +10,7 @@ from .. import __version__
 from ..engine.options import OPTIONS, Given, RunOptions, add_to_argparse
 from ..errors import UsageError
 from ..model import ExitCode, Variant, Verdict
-from ..outputs.formats import OUTPUTS, offered
+from ..outputs.formats import OUTPUTS, offered, to_stdout
 from ..outputs.render import verdict_line
 from ..outputs.storage import write_problem
 from ..records import Report
@@ -37,20 +37,25 @@ def add_run_options(p: argparse.ArgumentParser, command: str) -> None:
                        help=output.help)
 
 
+def output_files(args: argparse.Namespace) -> Dict[str, Optional[Path]]:
+    """Flag -> the file a run's output option named (None: not named), for `check_outputs`."""
+    return {o.flag: getattr(args, f"output_{o.name}", None) for o in OUTPUTS}  # the flags its parser added
+
+
 def run_options(args: argparse.Namespace, command: str, profile: Optional[str] = None) -> RunOptions:
     """The runner's options from the command line (over the environment); bad values fail here,
     before anything runs. `profile`: the command's own (gate), else --gate-only's."""
-    named = {o.name: getattr(args, f"output_{o.name}", None) for o in OUTPUTS}  # the flags its parser added
+    named = {o.name: getattr(args, f"output_{o.name}", None) for o in OUTPUTS}
     return RunOptions.build(Given({name: getattr(args, name) for name in OPTIONS if hasattr(args, name)}),
-                            folders={"--out-dir": args.out_dir},
-                            files={o.flag: named[o.name] for o in OUTPUTS},
-                            profile=profile, command=command, out_dir=args.out_dir,
+                            folders={"--out-dir": args.out_dir}, files=output_files(args),
+                            stdout=to_stdout(command), profile=profile, command=command, out_dir=args.out_dir,
                             named_files={name: path for name, path in named.items()
                                          if path is not None and path != Path("-")})
 
 
-def to_stdout(args: argparse.Namespace) -> bool:
-    """`gate --json -`: stdout carries exactly one JSON document (the node verdict)."""
+def json_to_stdout(args: argparse.Namespace) -> bool:
+    """`run --json -`, `gate --json -`: stdout carries exactly one JSON document (the report, the
+    node verdict), and every line for people goes to stderr."""
     return getattr(args, "output_json", None) == Path("-")
 
 
@@ -64,10 +69,11 @@ def note(text: str) -> None:
 
 def execute(opts: RunOptions, variants: List[Variant], stream: Optional[TextIO] = None) -> Report:
     """Run `variants` with a live line each; the report (the command's outputs written)."""
-    from ..engine.runner import Runner
+    from ..engine.runner import Runner, check_fault_targets
 
     if not variants:
         raise UsageError("no probe variant matches the selection")
+    check_fault_targets(opts.inject, variants)  # the runner checks too, but here it comes before the first line
     print(f"rocmcheck {__version__}: {len(variants)} variants, isolation {opts.isolation}, "
           f"device {opts.device}, profile {opts.profile}", file=stream or sys.stdout, flush=True)
     return Runner(opts, lambda v: live(v, stream), note, offered(opts.command)).run(variants)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict
 
+from ..engine.options import check_outputs
 from ..model import ExitCode
 from ..outputs.diff import KINDS, compare, side, text
 
@@ -22,6 +23,7 @@ def register(sub: Any) -> None:
 def cmd_diff(args: argparse.Namespace) -> int:
     from ..outputs.storage import load_report, write_problem, write_recorded
 
+    check_outputs({}, {"--json": args.json})
     reports = [load_report(args.baseline), load_report(args.current)]
     result = compare(reports[0], reports[1], names=(str(args.baseline), str(args.current)))
     sides = [side(args.baseline, reports[0]), side(args.current, reports[1])]

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
+from functools import partial
 from pathlib import Path
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from .. import registry
 from ..engine.options import add_to_argparse, check_outputs
@@ -13,10 +15,11 @@ from ..errors import UsageError
 from ..knowledge.explain import read_log
 from ..model import ExitCode
 from ..outputs.bugreport import build, write
-from ..outputs.storage import load_report
+from ..outputs.formats import offered
+from ..outputs.storage import load_report, write_problem, write_recorded
 from ..records import Report
 from ..wording import counted
-from .common import add_run_options, execute, note, run_options
+from .common import add_run_options, execute, note, output_files, run_options
 
 
 def register(sub: Any) -> None:
@@ -81,12 +84,26 @@ def _run_or_load(args: argparse.Namespace) -> Report:
     return execute(opts, variants)
 
 
+def _write_run_files(args: argparse.Namespace, report: Report) -> None:
+    """The files --json and --md name, written from a loaded run as a run would have written them;
+    one that cannot be written is said in one line (the attachment is written all the same)."""
+    unwritten: Dict[str, str] = {}
+    for output in offered("report"):
+        path = getattr(args, f"output_{output.name}", None)
+        if path is not None and write_recorded(unwritten, output.name, path, partial(output.render, report)):
+            print(f"wrote {path} ({output.name} of {args.from_path})")
+    if unwritten:
+        print(f"rocmcheck: {write_problem(unwritten)}", file=sys.stderr)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     if args.output is not None and args.output.suffix == ".json":
         raise UsageError("-o names the Markdown file; its JSON twin is written beside it")
-    check_outputs({"--out-dir": args.out_dir, "-o": args.output.parent if args.output else None}, {"-o": args.output})
+    check_outputs({"--out-dir": args.out_dir}, {**output_files(args), "-o": args.output})
     log = (args.log, read_log(args.log)) if args.log else None  # bad input before any probe runs
     report = _run_or_load(args)
+    if args.from_path is not None:  # nothing ran: the run's files named by --json and --md come from the one loaded
+        _write_run_files(args, report)
     run_id = re.sub(r"[^A-Za-z0-9_.-]+", "-", report.run.id or "unknown")
     md_path = args.output or args.out_dir / f"rocmcheck-report-{run_id}.md"
     bug = build(report, anonymize=args.anonymize, stem=md_path.stem,

@@ -11,8 +11,9 @@ from ..engine.options import add_to_argparse
 from ..engine.selection import gate_variants, select
 from ..model import ExitCode, node_status
 from ..outputs.render import counts_line, failing_line, known_issue_lines, terminal_matrix
+from ..outputs.storage import report_json
 from ..records import Report
-from .common import add_run_options, execute, exit_for, files, files_line, run_options, to_stdout
+from .common import add_run_options, execute, exit_for, files, files_line, json_to_stdout, run_options
 
 
 def register(sub: Any) -> None:
@@ -30,9 +31,12 @@ def register(sub: Any) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     opts = run_options(args, "run")
     variants = select(registry.load_all(opts.probes_paths), args.probe, args.keyword, gate_only=args.gate_only)
-    report = execute(opts, variants)
-    print("\n" + terminal_matrix(report))
-    print(files_line(report, opts))
+    human = sys.stderr if json_to_stdout(args) else sys.stdout
+    report = execute(opts, variants, human)
+    print("\n" + terminal_matrix(report), file=human)
+    print(files_line(report, opts), file=human)
+    if json_to_stdout(args):
+        print(report_json(report), end="", flush=True)
     return exit_for(report)
 
 
@@ -45,13 +49,13 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if args.probe or args.keyword:
         chosen = {v.id for v in select(specs, args.probe, args.keyword)}
         variants = [v for v in variants if v.id in chosen]
-    human = sys.stderr if to_stdout(args) else sys.stdout
+    human = sys.stderr if json_to_stdout(args) else sys.stdout
     report = execute(opts, variants, human)
     code = exit_for(report)
     code = ExitCode.USAGE if code == ExitCode.INTERRUPTED else code  # no verdict was reached: UNKNOWN
     print("\n" + gate_screen(report, code), file=human)
     print(files_line(report, opts), file=human)
-    if to_stdout(args):
+    if json_to_stdout(args):
         written = {name: str(path) for name, path in files(report, opts).items()}
         print(json.dumps(node.verdict(report, code, written), indent=2, default=str), flush=True)
     return code

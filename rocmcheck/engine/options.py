@@ -16,7 +16,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import UsageError
 from .killpolicy import KillPolicy
@@ -120,11 +120,14 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
 )}
 
 
-def check_outputs(folders: Dict[str, Optional[Path]], files: Dict[str, Optional[Path]]) -> None:
-    """Where a command will write, by flag, checked before any probe runs: a folder (created when
-    missing) must not be a file, nor lie under one; a file (`-` is stdout) must not be a folder,
-    and its folder must exist or be one of `folders` (rocmcheck creates no other: a typo in
-    `--json /nonexistent/dir/run.json` would scatter reports)."""
+def check_outputs(folders: Dict[str, Optional[Path]], files: Dict[str, Optional[Path]],
+                  stdout: Collection[str] = ()) -> None:
+    """Where a command will write, by flag, checked before any probe runs or any file is read:
+    the one check of every command's output paths. A folder (created when missing: the run's
+    own --out-dir) must not be a file, nor lie under one; a file must not be a folder, and its
+    folder must exist or be one of `folders` (rocmcheck creates no other: a typo in
+    `--json /nonexistent/dir/run.json` would scatter reports). `-` is stdout for the flags in
+    `stdout`; for any other it would be a file named `-`, or nothing at all, so it is refused."""
     for flag, folder in folders.items():
         ancestor = folder
         while ancestor is not None and not ancestor.exists() and ancestor != ancestor.parent:
@@ -132,6 +135,9 @@ def check_outputs(folders: Dict[str, Optional[Path]], files: Dict[str, Optional[
         if ancestor is not None and ancestor.exists() and not ancestor.is_dir():
             raise UsageError(f"{flag} {folder}: {ancestor} is a file, not a folder")
     for flag, path in files.items():
+        if path is not None and str(path) == "-" and flag not in stdout:
+            who = f"only {' and '.join(sorted(stdout))} writes" if stdout else "this command writes nothing"
+            raise UsageError(f"{flag} -: {who} to stdout ('-') here; name a file")
         if path is None or str(path) == "-":
             continue
         if path.is_dir():
@@ -205,16 +211,16 @@ class RunOptions:
     @classmethod
     def build(cls, given: Given, folders: Optional[Mapping[str, Optional[Path]]] = None,
               files: Optional[Mapping[str, Optional[Path]]] = None, profile: Optional[str] = None,
-              **fixed: Any) -> "RunOptions":
+              stdout: Collection[str] = (), **fixed: Any) -> "RunOptions":
         """The options of one run from what a front-end was given, each checked now, before any
-        probe runs: where it will write (`folders` and `files` by flag, see `check_outputs`), the
+        probe runs: where it will write (`folders`, `files` and `stdout` by flag, see `check_outputs`), the
         probes paths (their modules load, so the faults they declare are known to the fault spec),
         every option of the table, then $ROCMCHECK_KNOWN_ISSUES. `profile`: gate under
         --gate-only, else full, unless the command fixes it; `fixed`: the fields no option sets."""
         from .. import registry
         from ..knowledge import known_issues
 
-        check_outputs(dict(folders or {}), dict(files or {}))
+        check_outputs(dict(folders or {}), dict(files or {}), stdout)
         probes_paths = [str(p) for p in given.value("probes_path") or []]
         registry.load_all(probes_paths)
         options = cls(device=given.value("device") or "auto", isolation=given.value("isolation") or default_isolation(),

@@ -42,6 +42,19 @@ from .watchdog import ChildEnd
 
 NO_BINARY = next(m for m, sig in BY_MEANING.items() if sig.id == "hip-no-binary-for-gpu")
 FACTS_TIMEOUT_S = 120.0
+FACTS_CALL = "rocmcheck.host.fingerprint:device_facts"  # its function's name is the probe id its faults see
+
+
+def check_fault_targets(inject: str, variants: Sequence[Variant]) -> None:
+    """A fault aimed at no probe of the run is bad input, said before anything starts: else the
+    run would be GO with nothing injected. What may run in every run counts too: the GPU check
+    (first, selected or not, where the host needs it), the device canary and the device facts."""
+    ids = sorted({v.spec.id for v in variants} | {GPU_VISIBLE, devices.CANARY_PROBE, FACTS_CALL.partition(":")[2]})
+    missed = faults.unaimed(faults.parse(inject), ids)
+    if missed:
+        listed = ", ".join(ids[:8]) + (f" and {len(ids) - 8} more" if len(ids) > 8 else "")
+        raise UsageError(f"fault '{missed[0]}' is aimed at no probe of this run: '{missed[0].scope}' matches "
+                         f"none of {listed} (the glob after @ is matched against probe ids)")
 
 
 class Runner:
@@ -131,7 +144,7 @@ class Runner:
         """Ask a child for device facts; `devices.resolve` holds them against the host's own GPU
         inventory and `--device`. A torch that cannot be imported stops the run here."""
         # faults: in_facts only
-        task = self._task(call="rocmcheck.host.fingerprint:device_facts", timeout=FACTS_TIMEOUT_S)
+        task = self._task(call=FACTS_CALL, timeout=FACTS_TIMEOUT_S)
         key = self.isolation.facts_worker_key() if self.opts.device != "cpu" else None  # a CPU run: no GPU init to keep
         end = self.isolation.run_in_worker(task, key)[0] if key else self.isolation.run(task, {}, fresh=False)
         result = TaskResult.read(task.files.result)
@@ -318,6 +331,7 @@ class Runner:
     def start(self, variants: Sequence[Variant] = ()) -> None:
         """Start the launcher (its zygote preloads what `variants` declare), resolve the device
         and open the journal (once per run)."""
+        check_fault_targets(self.opts.inject, variants)
         self.opts = replace(self.opts, preload=sorted(set(self.opts.preload) | set(preloads(variants))))
         self.check_torch_version()
         self.isolation.start(self.opts.preload)

@@ -161,6 +161,12 @@ def parse(spec: str) -> List[FaultRequest]:
     return requests
 
 
+def unaimed(requests: List[FaultRequest], probe_ids: Sequence[str]) -> List[FaultRequest]:
+    """The requests whose @PROBE_GLOB matches none of `probe_ids`: they would inject nothing
+    (a typo, or a variant id where the glob is matched against probe ids)."""
+    return [r for r in requests if r.scope != "*" and not any(r.applies_to(p) for p in probe_ids)]
+
+
 def prepare(requests: List[FaultRequest]) -> None:
     """In the parent, before any child: what the requested faults need done once (UsageError if it cannot be)."""
     known = _loaded()

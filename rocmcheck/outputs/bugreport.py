@@ -5,8 +5,9 @@ Writes a Markdown file that fits a GitHub issue body (trimmed by priority, sayin
 was cut), its JSON twin with everything, and a standalone reproducer per failing probe
 variant. A run's text was redacted as the run recorded it (`safetext.clean`); here every
 string goes through `redact.Redactor` again, now with the environment allow-list (a report
-may come from anywhere), and the final Markdown and scripts once more, so no renderer can
-reintroduce a secret.
+may come from anywhere), which counts what it finds for the report's summary. `write` is the
+one way out: every file's text (the Markdown, the JSON twin, each reproducer with the probe
+source it embeds) passes the same redactor there, so no section, present or future, can skip it.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ class BugReport:
     markdown: str
     data: Dict[str, Any]  # the JSON twin: the redacted run plus a "bug_report" section
     reproducers: List[repro.Reproducer]
+    redactor: Redactor  # the one every file passes as `write` writes it
 
 
 @dataclass(frozen=True)
@@ -136,14 +138,17 @@ def build(report: Report, anonymize: bool = False, stem: str = "rocmcheck-report
         "anonymized": anonymize, "markdown_cut": cuts, "notes": notes,
         "reproducers": [{"variant": r.variant, "file": r.filename, "script": r.script} for r in scripts],
         "no_reproducer": no_repro}}
-    return BugReport(markdown, twin, scripts)
+    return BugReport(markdown, twin, scripts, redactor)
 
 
 def write(bug: BugReport, md_path: Path) -> List[Path]:
-    """Write the Markdown, its JSON twin and the reproducers beside it."""
+    """Write the Markdown, its JSON twin and the reproducers beside it, each redacted here, as
+    it leaves: the twin as data (a secret's replacement keeps it JSON), the rest as text."""
+    leaving = bug.redactor
     json_path = md_path.with_suffix(".json")
-    files = [(md_path, bug.markdown), (json_path, report_json(Report.from_dict(bug.data)))]
-    files += [(md_path.parent / r.filename, r.script) for r in bug.reproducers]
+    files = [(md_path, leaving.text(bug.markdown)),
+             (json_path, report_json(Report.from_dict(leaving.data(bug.data))))]
+    files += [(md_path.parent / r.filename, leaving.text(r.script)) for r in bug.reproducers]
     for path, text in files:
         try:
             write_atomic(path, text)

@@ -27,7 +27,8 @@ def run_html(report: Report) -> str:
 
 OUTPUTS: Tuple[Output, ...] = (
     Output("json", "--json", report_json, (*RUN_COMMANDS, "pytest", "gate()"), "rocmcheck-{run_id}.json",
-           "also write the JSON report here (gate: '-' writes the node verdict to stdout, everything else to stderr)"),
+           "also write the JSON report here; '-' writes it (gate: the node verdict) to stdout, and everything "
+           "else to stderr", stdout=("run", "gate")),
     Output("md", "--md", markdown_report, (*RUN_COMMANDS, "pytest", "gate()"), "rocmcheck-{run_id}.md",
            "also write the Markdown matrix here"),
     Output("html", "--html", run_html, ("pytest",), None,
@@ -38,6 +39,11 @@ OUTPUTS: Tuple[Output, ...] = (
 def offered(front_end: str) -> List[Output]:
     """The outputs a command (run, gate, report, doctor), "pytest" or "gate()" offers."""
     return [o for o in OUTPUTS if front_end in o.offered_by]
+
+
+def to_stdout(front_end: str) -> List[str]:
+    """The flags whose `-` means stdout for a command (`run --json -`); any other `-` is refused."""
+    return [o.flag for o in offered(front_end) if front_end in o.stdout]
 
 
 def named(outputs: List[Output], given: Mapping[str, object]) -> Dict[str, object]:

@@ -51,6 +51,7 @@ class Output:
     offered_by: Tuple[str, ...]  # commands (run, gate, report, doctor), "pytest", "gate()"
     default_name: Optional[str]
     help: str
+    stdout: Tuple[str, ...] = ()  # the commands where `-` names stdout (the run's own file is still written)
 
     def path(self, out_dir: Path, run_id: str, named: Mapping[str, Path]) -> Optional[Path]:
         """Where it goes: the file its option named, else its default name under `out_dir`, else nowhere."""
