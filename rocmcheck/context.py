@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, NoReturn, Optio
 from . import torchapi
 from .errors import Hang, Outcome, ProbeFailure, Skip
 from .markers import TaskFiles
-from .model import SPEED_KEY, SpeedFigure
+from .model import SPEED_MEASUREMENTS, SpeedFigure
 
 TF32_OVERRIDE_ENV = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
 
@@ -157,7 +157,7 @@ class ProbeContext:
         """Record one rate (`SpeedFigure`: higher is better) under measurements["speed"][name]; the
         runner and the outputs judge it, the probe only measures."""
         figure = SpeedFigure(name, unit, [float(s) for s in samples], method)
-        self.measurements.setdefault(SPEED_KEY, {})[name] = figure.to_dict()
+        self.measurements.setdefault(SPEED_MEASUREMENTS, {})[name] = figure.to_dict()
         return figure
 
     def progress(self, text: str) -> None:

@@ -250,7 +250,7 @@ class Verdict:
         return cls(**kwargs)
 
 
-SPEED_KEY = "speed"  # Verdict.measurements[SPEED_KEY]: figure name -> SpeedFigure.to_dict()
+SPEED_MEASUREMENTS = "speed"  # Verdict.measurements[SPEED_MEASUREMENTS]: figure name -> SpeedFigure.to_dict()
 
 
 @dataclass(frozen=True)
@@ -285,7 +285,7 @@ class SpeedFigure:
 
 def speed_figures(verdict: "Verdict") -> Dict[str, SpeedFigure]:
     """The speed figures a verdict carries (none for most probes), by name."""
-    found = verdict.measurements.get(SPEED_KEY)
+    found = verdict.measurements.get(SPEED_MEASUREMENTS)
     return {name: SpeedFigure.from_dict({"name": name, **fig}) for name, fig in found.items()} \
         if isinstance(found, dict) else {}
 
