@@ -290,6 +290,42 @@ def speed_figures(verdict: "Verdict") -> Dict[str, SpeedFigure]:
         if isinstance(found, dict) else {}
 
 
+SDC_MEASUREMENTS = "sdc"  # Verdict.measurements[SDC_MEASUREMENTS]: WorkloadHashes.to_dict()
+
+
+@dataclass(frozen=True)
+class WorkloadHashes:
+    """What a deterministic workload produced on one GPU, as hashes of its outputs' bits, with the
+    key under which the same hashes are expected anywhere (silent data corruption is caught by
+    bitwise agreement: across repeats, across a node's GPUs, across a fleet). Two WorkloadHashes
+    are comparable only when their `workload` and `key` are equal."""
+
+    workload: str  # the workload's version: a changed workload never compares with an older one
+    key: Dict[str, str]  # what the bits depend on: arch, device name, torch, ROCm/CUDA, BLAS library versions
+    hashes: Dict[str, str]  # op -> hex digest of its outputs' bytes
+    left_out: Dict[str, str] = field(default_factory=dict)  # op -> why (not deterministic on this device/library)
+    compared: Dict[str, int] = field(default_factory=dict)  # how much work was compared: repeats, bytes, seconds
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "WorkloadHashes":
+        return cls(str(data["workload"]), {str(k): str(v) for k, v in dict(data["key"]).items()},
+                   {str(k): str(v) for k, v in dict(data["hashes"]).items()},
+                   {str(k): str(v) for k, v in dict(data.get("left_out") or {}).items()},
+                   {str(k): int(v) for k, v in dict(data.get("compared") or {}).items()})
+
+
+def workload_hashes(verdict: "Verdict") -> Optional[WorkloadHashes]:
+    """The deterministic workload's hashes a verdict carries, or None (most probes; a malformed record)."""
+    found = verdict.measurements.get(SDC_MEASUREMENTS)
+    try:
+        return WorkloadHashes.from_dict(found) if isinstance(found, dict) else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def preloads(variants: Sequence["Variant"]) -> List[str]:
     """The modules the selected variants' probes ask the zygote to import once."""
     return sorted({module for v in variants for module in v.spec.preload})

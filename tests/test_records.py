@@ -189,3 +189,15 @@ def test_a_speed_figure_round_trips_and_its_value_is_the_median_of_its_samples()
                                  "wall clock, 4 samples after 1 warm-up")
     assert figure.value == 25.0 and verdict.measurements["speed"]["h2d-pinned"]["value"] == 25.0
     assert speed_figures(Verdict("x", "x", Status.PASS, measurements={"speed": "garbage"})) == {}
+
+
+def test_workload_hashes_round_trip_and_a_malformed_record_is_none() -> None:
+    from rocmcheck.model import SDC_MEASUREMENTS, Status, Verdict, WorkloadHashes, workload_hashes
+
+    hashes = WorkloadHashes("sdc-1", {"arch": "gfx942", "torch": "2.9.1"}, {"matmul-fp32": "ab12"},
+                            {"conv-bf16": "not deterministic on this library"}, {"repeats": 2})
+    verdict = Verdict.from_dict(json.loads(json.dumps(
+        Verdict("sdc", "sdc", Status.PASS, measurements={SDC_MEASUREMENTS: hashes.to_dict()}).to_dict())))
+    assert workload_hashes(verdict) == hashes
+    assert workload_hashes(Verdict("sdc", "sdc", Status.PASS, measurements={SDC_MEASUREMENTS: {"key": 1}})) is None
+    assert workload_hashes(Verdict("x", "x", Status.PASS)) is None
