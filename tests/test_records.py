@@ -95,6 +95,15 @@ def test_an_old_report_without_the_newer_fields_loads_into_every_reader(tmp_path
     assert main(["diff", str(path), str(path)]) == 0
 
 
+def test_a_known_issue_id_of_a_foreign_type_is_dropped_so_the_matrix_builds():
+    """A foreign report's known issue with a list for its id made `matrix.build` (and now a run's
+    table, which is the matrix of one run) fail on an unhashable key."""
+    verdict = {"variant": "a", "status": "fail", "known_issues": [{"id": ["x"], "title": "t"}, {"id": "y"}]}
+    report = Report.from_dict({"schema": SCHEMA, "schema_version": "1.0", "run": {"id": "r"}, "verdicts": [verdict]})
+    assert report.verdicts[0].known_issues == [{"title": "t"}, {"id": "y"}]
+    assert matrix.build([("r", report)])["rows"][0]["cells"][0]["status"] == "fail"
+
+
 def test_each_output_is_one_table_row_the_front_ends_offer():
     """What adding a format takes: a renderer of the Report and a row; the commands add its flag."""
     for output in formats.OUTPUTS:
