@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import rocmcheck
 from rocmcheck.cli import main
 from rocmcheck.model import Status, Verdict
-from rocmcheck.outputs import bugreport, diff, formats, matrix, node, render
+from rocmcheck.outputs import bugreport, diff, formats, matrix, node, render, runtext
 from rocmcheck.outputs.storage import load_report, report_json
 from rocmcheck.records import SCHEMA, Report, RunInfo
 
@@ -85,7 +85,7 @@ def test_an_old_report_without_the_newer_fields_loads_into_every_reader(tmp_path
     assert report.run.isolation_requested == "" and report.run.notes == [] and report.run.unwritten == {}
     fail, ok = report.verdicts
     assert (fail.probe, fail.status, fail.env, fail.device, fail.known_issues) == ("", Status.FAIL, {}, {}, [])
-    assert "FAIL `transfer[to-float32]`" in render.markdown_report(report)
+    assert "FAIL `transfer[to-float32]`" in runtext.markdown_report(report)
     assert render.counts_line(report) == "1 fail, 1 pass"
     assert [c.kind for c in diff.compare(report, report).changes] == []
     grid = matrix.build([(str(path), report)])

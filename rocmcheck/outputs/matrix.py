@@ -1,42 +1,77 @@
-"""`rocmcheck matrix FILE...`: one compatibility matrix from the reports of many machines.
+"""`rocmcheck matrix FILE...`: one compatibility matrix from the reports of many machines, and
+the table of one run (`run_table`: the run's own matrix, a column per device it tested).
 
 Rows are probe variants, one probe's variants together (probes and variants in the order the
-reports first list them); columns are
-machines, labelled by their fingerprint summary (arch, backend and version, torch,
-OS), the worst first; a report from several GPUs has a column per GPU. Reports with the
-same label are one column. A folder stands for
-the reports in it (a fleet's node reports gathered in one place). Where they disagree the worst
-status wins (pass < skip < warn < fail < error < crash < hang) and the cell says
-how many of the column's verdicts for that variant had it: `FAIL 1/3`. Files of the same run
-(a report, its journal, `rocmcheck report`'s JSON twin) count once. A `*` marks a cell with a
-known issue, listed under the table. Never imports torch.
+reports first list them); columns are machines, labelled by their fingerprint summary (arch,
+backend and version, torch, OS); a report from several GPUs has a column per GPU, named as every
+output names a GPU (`render.gpu_text`: index, arch, PCI address). Reports with the same label
+are one column, the worst first. A folder stands for the reports in it (a fleet's node reports
+gathered in one place). Where they disagree the worst status wins (pass < skip < warn < fail <
+error < crash < hang) and the cell says how many of the column's verdicts for that variant had
+it: `FAIL 1/3`. Files of the same run (a report, its journal, `rocmcheck report`'s JSON twin)
+count once. A `*` marks a cell with a known issue, listed under the table. Never imports torch.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from tabulate import tabulate
 
 from ..errors import UsageError
 from ..host.fingerprint import summary
 from ..knowledge import known_issues
-from ..model import EVIDENCE_TAILS, STATUS_ORDER, Status, Verdict, count_statuses
+from ..model import EVIDENCE_TAILS, STATUS_ORDER, Status, Verdict, count_statuses, is_bad
 from ..records import Report
 from .diff import statuses
-from .render import known_issue_lines, md_escape
+from .render import device_order, gpu_parts, gpu_text, known_issue_lines, md_escape, short
 
 GROUPING = ("reports with identical fingerprints share a column; the worst status wins, "
             "and 'FAIL 1/3' means 1 of the column's 3 verdicts for that variant")
 MISSING = "-"
 DETAIL_TAIL = 2000  # characters of each traceback, stack or output tail kept in a cell's details
+KNOWN_ISSUE_MARK = "* a known issue matches"
 
 
 @dataclass
-class Machine:
+class Column:
+    """One column: a machine (its label), one of its GPUs where its reports tested several."""
+
     label: str
     fingerprint: Dict[str, Any]
     reports: List[str] = field(default_factory=list)
     verdicts: Dict[str, List[Verdict]] = field(default_factory=dict)  # variant -> its verdicts
+
+
+def device_columns(report: Report, per_gpu: bool = False) -> Dict[str, List[Verdict]]:
+    """A report's verdicts by column, in column order: a column per device (keyed by
+    `render.gpu_text`), GPUs by index and the CPU last, where the report tested several devices
+    or `per_gpu` asks (a run's own table); else one column (""), so that single-GPU nodes of one
+    kind share their machine's column."""
+    several = per_gpu or len(report.device.get("under_test") or []) > 1
+    found: Dict[str, List[Verdict]] = {}
+    for verdict in sorted(report.verdicts, key=lambda v: device_order(v.device or report.device)):  # stable
+        found.setdefault(gpu_text(verdict.device) if several else "", []).append(verdict)
+    return found
+
+
+def devices_tested(report: Report) -> List[str]:
+    """The devices that gave a run's verdicts, in its table's order, each as `render.gpu_text`
+    names it; the run's `--device` where none did."""
+    return [name for name in device_columns(report, per_gpu=True) if name] or [report.run.device]
+
+
+def variant_order(verdicts: Iterable[Verdict]) -> List[Tuple[str, str]]:
+    """(variant, probe id) once each, one probe's variants together: probes in the order they first
+    appear, each probe's variants in theirs (a multi-GPU run interleaves them)."""
+    probes: Dict[str, str] = {}  # variant -> probe id, in first-seen order
+    for verdict in verdicts:
+        probes.setdefault(verdict.variant, verdict.probe)
+    first_seen: Dict[str, int] = {}
+    for variant, probe in probes.items():
+        first_seen.setdefault(_probe_of(variant, probe), len(first_seen))
+    return sorted(probes.items(), key=lambda item: first_seen[_probe_of(*item)])  # stable: variants keep order
 
 
 def _issues(verdict: Verdict, fingerprint: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -66,9 +101,9 @@ def _cell(verdicts: Optional[List[Verdict]], fingerprint: Dict[str, Any]) -> Opt
             "details": [_detail(v) for v in verdicts if v.status.is_notable]}
 
 
-def _badness(machine: Machine) -> Tuple[int, ...]:
-    """How bad a machine's verdicts are: counts per status, the most severe first."""
-    counts = count_statuses(v.status.value for verdicts in machine.verdicts.values() for v in verdicts)
+def _badness(column: Column) -> Tuple[int, ...]:
+    """How bad a column's verdicts are: counts per status, the most severe first."""
+    counts = count_statuses(v.status.value for verdicts in column.verdicts.values() for v in verdicts)
     return tuple(counts.get(status.value, 0) for status in STATUS_ORDER)
 
 
@@ -86,34 +121,23 @@ def one_per_run(loaded: List[Tuple[str, Report]]) -> List[Tuple[str, Report]]:
 
 def build(loaded: List[Tuple[str, Report]]) -> Dict[str, Any]:
     """The matrix (JSON-able) from (name, report) pairs, each run counted once."""
-    machines: Dict[str, Machine] = {}
-    probes: Dict[str, str] = {}  # variant -> probe id, in first-seen order
-    for name, report in one_per_run(loaded):
+    runs = one_per_run(loaded)
+    columns: Dict[str, Column] = {}
+    for name, report in runs:
         statuses(report, name)  # rejects malformed verdicts with a one-line error
-        fingerprint = report.fingerprint
-        several = len(report.device.get("under_test") or []) > 1
-        for verdict in report.verdicts:
-            label = summary(fingerprint)
-            gpu = verdict.device.get("name")
-            if several and gpu:  # a node's GPUs each get a column
-                label = f"{label} / {gpu}"
-            machine = machines.setdefault(label, Machine(label, fingerprint))
-            if name not in machine.reports:
-                machine.reports.append(name)
-            probes.setdefault(verdict.variant, verdict.probe)
-            machine.verdicts.setdefault(verdict.variant, []).append(verdict)
-    ordered = sorted(machines.values(), key=_badness, reverse=True)  # the worst machines first (stable)
-    machines = {m.label: m for m in ordered}
-    first_seen: Dict[str, int] = {}
-    for variant, probe in probes.items():
-        first_seen.setdefault(_probe_of(variant, probe), len(first_seen))
-    grouped = sorted(probes.items(), key=lambda item: first_seen[_probe_of(*item)])  # stable: variants keep order
+        machine = summary(report.fingerprint)
+        for gpu, verdicts in device_columns(report).items():
+            label = f"{machine} / {gpu}" if gpu else machine
+            column = columns.setdefault(label, Column(label, report.fingerprint))
+            column.reports.append(name)
+            for verdict in verdicts:
+                column.verdicts.setdefault(verdict.variant, []).append(verdict)
+    ordered = sorted(columns.values(), key=_badness, reverse=True)  # the worst columns first (stable)
     rows = [{"variant": variant, "probe": probe,
-             "cells": [_cell(m.verdicts.get(variant), m.fingerprint) for m in machines.values()]}
-            for variant, probe in grouped]
+             "cells": [_cell(c.verdicts.get(variant), c.fingerprint) for c in ordered]}
+            for variant, probe in variant_order(v for _, report in runs for v in report.verdicts)]
     return {"schema": "rocmcheck-matrix", "schema_version": "1.0", "grouping": GROUPING,
-            "machines": [{"label": m.label, "reports": m.reports, "fingerprint": m.fingerprint}
-                         for m in machines.values()],
+            "machines": [{"label": c.label, "reports": c.reports, "fingerprint": c.fingerprint} for c in ordered],
             "rows": rows}
 
 
@@ -137,8 +161,6 @@ def _header(machine: Dict[str, Any], newline: str) -> str:
 
 
 def _table(matrix: Dict[str, Any], fmt: str, newline: str, variant_fmt: str = "{}") -> str:
-    from tabulate import tabulate
-
     headers = ["probe variant", *(_header(m, newline) for m in matrix["machines"])]
     rows = [[variant_fmt.format(row["variant"]), *map(cell_text, row["cells"])] for row in matrix["rows"]]
     return tabulate(rows, headers=headers, tablefmt=fmt)
@@ -165,6 +187,47 @@ def terminal_text(matrix: Dict[str, Any]) -> str:
     if issues:
         lines += ["", "known issues (*):", *issues]
     return "\n".join(lines)
+
+
+# --- one run's table -----------------------------------------------------------------------------
+
+
+def _messages(verdicts: List[Verdict], several: bool) -> str:
+    """A row's messages, the worst first, each named by its device where the row has several that differ."""
+    said: Dict[str, List[str]] = {}
+    for verdict in sorted(verdicts, key=lambda v: -v.status.severity):
+        said.setdefault(verdict.message, []).append(str(verdict.device.get("name", "?")))
+    if len(said) == 1 or not several:
+        return next(iter(said), "")
+    return "; ".join(f"{', '.join(names)}: {message}" for message, names in said.items())
+
+
+def run_table(report: Report, markdown: bool = False, variants: Optional[Iterable[str]] = None) -> str:
+    """One run's table: a row per variant (only `variants`, where given), a column per device it
+    tested (`device_columns`, cells as the matrix's) headed by its name, arch and PCI address,
+    then the slowest duration and the messages, each named by its GPU. For the terminal, or Markdown."""
+    columns = list(device_columns(report, per_gpu=True).values())
+    by_column: List[Dict[str, List[Verdict]]] = [{} for _ in columns]
+    for found, verdicts in zip(by_column, columns):
+        for verdict in verdicts:
+            found.setdefault(verdict.variant, []).append(verdict)
+    chosen = None if variants is None else set(variants)
+    rows, marked = [], False
+    for variant, _ in variant_order(report.verdicts):
+        if chosen is not None and variant not in chosen:
+            continue
+        cells = [_cell(found.get(variant), report.fingerprint) for found in by_column]
+        marked = marked or any(cell and cell["known_issues"] for cell in cells)
+        texts = [f"**{cell_text(c)}**" if markdown and c and is_bad(c["status"]) else cell_text(c) for c in cells]
+        verdicts = [v for found in by_column for v in found.get(variant, [])]
+        message = short(_messages(verdicts, len(columns) > 1), 400 if markdown else 70)
+        rows.append([f"`{md_escape(variant)}`" if markdown else variant, *texts,
+                     f"{max(v.duration_s for v in verdicts):.2f}", md_escape(message) if markdown else message])
+    newline = "<br>" if markdown else "\n"
+    devices = [gpu_parts(verdicts[0].device) or [report.run.device] for verdicts in columns]
+    headers = ["probe variant", *(newline.join(map(md_escape, parts)) for parts in devices), "s", "message"]
+    table = tabulate(rows, headers=headers, tablefmt="github" if markdown else "simple", disable_numparse=True)
+    return table + (f"\n\n{KNOWN_ISSUE_MARK}" if marked else "")
 
 
 def markdown_text(matrix: Dict[str, Any]) -> str:
