@@ -1,5 +1,5 @@
-"""Every human-facing output names the GPU of a failure; a run's table has a column per GPU
-(issue 31, item 1).
+"""Every human-facing output names the GPU of a failure; a run's table has a column per GPU; the
+matrix counts machines and runs, not columns, and orders its columns (issue 31, items 1 and 2).
 
 The reports are built in-process in the shape a two-GPU run writes (each verdict's `device` as
 `engine.devices.label` makes it, the device facts with each GPU's UUID); the commands run
@@ -7,9 +7,12 @@ in-process through `rocmcheck.cli.main`, `execute` replaced by the made report.
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Dict, List, Optional
+
+import pytest
 
 from rocmcheck.cli import main
 from rocmcheck.outputs.formats import OUTPUTS
@@ -109,3 +112,46 @@ def test_the_bug_reports_failure_sections_name_the_gpu(tmp_path, capsys):
     assert f"## FAIL `device-smoke` on {GPU1}" in md
     assert f"`device-smoke` on {GPU1} (fail)" in md.split("## Environment")[0]  # the summary paragraph
     assert len(table_rows(md.split("Full matrix")[1], "device-smoke")) == 1
+
+
+# --- item 2: the matrix counts machines and runs, and orders its columns ---------------------------
+
+
+def matrix_of(tmp_path: Path, capsys, *reports: dict) -> dict:
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    for data in reports:
+        save(folder / f"{data['run']['id']}.json", data)
+    assert main(["matrix", str(folder), "--json", str(tmp_path / "m.json")]) == 0
+    return {"out": capsys.readouterr().out, **json.loads((tmp_path / "m.json").read_text())}
+
+
+def test_one_two_gpu_report_is_one_machine_one_report(tmp_path, capsys):
+    matrix = matrix_of(tmp_path, capsys, two_gpu_report("one"))
+    assert "2 variants, 1 machine, 1 report;" in matrix["out"]
+    assert len(matrix["machines"]) == 2  # still a column per GPU
+
+
+def test_a_folder_of_runs_counts_machines_and_runs_and_keeps_a_machines_gpus_together(tmp_path, capsys):
+    runs = [two_gpu_report(f"r{i}", bad_on=1 if i == 0 else None) for i in range(4)]
+    runs.append(two_gpu_report("other-node", bad_on=None, host="b"))  # an identical node: its own GPUs
+    matrix = matrix_of(tmp_path, capsys, *runs, cpu_report("cpu", status="fail"))  # the worst column: the CPU's
+    assert "2 variants, 3 machines, 6 reports;" in matrix["out"]
+    labels = [m["label"] for m in matrix["machines"]]
+    assert [label.split(" / ")[-1] for label in labels] == [
+        "simgpu:0 (simgpu, 0000:10:00.0)", GPU1, "Linux"]  # GPUs by index, the CPU last
+    header = matrix["out"].split("---")[0].splitlines()  # a line per part of the label
+    gpus = next(line for line in header if "simgpu:1" in line)
+    assert gpus.index("simgpu:0") < gpus.index("simgpu:1") < header[0].index("cpu")
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 2, 0)])
+def test_the_matrix_column_order_does_not_depend_on_the_order_of_the_files(tmp_path, capsys, order):
+    made = [two_gpu_report("x", bad_on=None), two_gpu_report("y", bad_on=0), cpu_report("z", status="fail")]
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    files = [save(folder / f"{i}.json", made[i]) for i in order]
+    assert main(["matrix", *files, "--json", str(tmp_path / "m.json")]) == 0
+    capsys.readouterr()
+    labels = [m["label"].split(" / ")[-1] for m in json.loads((tmp_path / "m.json").read_text())["machines"]]
+    assert labels == ["simgpu:0 (simgpu, 0000:10:00.0)", GPU1, "Linux"]

@@ -5,11 +5,14 @@ Rows are probe variants, one probe's variants together (probes and variants in t
 reports first list them); columns are machines, labelled by their fingerprint summary (arch,
 backend and version, torch, OS); a report from several GPUs has a column per GPU, named as every
 output names a GPU (`render.gpu_text`: index, arch, PCI address). Reports with the same label
-are one column, the worst first. A folder stands for the reports in it (a fleet's node reports
-gathered in one place). Where they disagree the worst status wins (pass < skip < warn < fail <
-error < crash < hang) and the cell says how many of the column's verdicts for that variant had
-it: `FAIL 1/3`. Files of the same run (a report, its journal, `rocmcheck report`'s JSON twin)
-count once. A `*` marks a cell with a known issue, listed under the table. Never imports torch.
+are one column. Machines come worst first, those that tested only the CPU last, ties by label,
+and a machine's GPU columns stay together by index, whatever the order of the files. A folder
+stands for the reports in it (a fleet's node reports gathered in one place). Where they disagree
+the worst status wins (pass < skip < warn < fail < error < crash < hang) and the cell says how
+many of the column's verdicts for that variant had it: `FAIL 1/3`. Files of the same run (a
+report, its journal, `rocmcheck report`'s JSON twin) count once; the counts say how many runs
+and how many machines (`fingerprint.machine_identity`) the columns hold. A `*` marks a cell
+with a known issue, listed under the table. Never imports torch.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from tabulate import tabulate
 
 from ..errors import UsageError
-from ..host.fingerprint import summary
+from ..host.fingerprint import machine_identity, summary
 from ..knowledge import known_issues
 from ..model import EVIDENCE_TAILS, STATUS_ORDER, Status, Verdict, count_statuses, is_bad
 from ..records import Report
@@ -39,7 +42,10 @@ class Column:
     """One column: a machine (its label), one of its GPUs where its reports tested several."""
 
     label: str
+    machine: str
+    gpu: str  # `render.gpu_text` of the column's device; "" for a machine's one column
     fingerprint: Dict[str, Any]
+    order: Tuple[bool, int, str]  # `render.device_order` of its device: GPUs by index, the CPU last
     reports: List[str] = field(default_factory=list)
     verdicts: Dict[str, List[Verdict]] = field(default_factory=dict)  # variant -> its verdicts
 
@@ -101,10 +107,22 @@ def _cell(verdicts: Optional[List[Verdict]], fingerprint: Dict[str, Any]) -> Opt
             "details": [_detail(v) for v in verdicts if v.status.is_notable]}
 
 
-def _badness(column: Column) -> Tuple[int, ...]:
-    """How bad a column's verdicts are: counts per status, the most severe first."""
-    counts = count_statuses(v.status.value for verdicts in column.verdicts.values() for v in verdicts)
+def _badness(columns: List[Column]) -> Tuple[int, ...]:
+    """How bad a machine's verdicts are: counts per status, the most severe first."""
+    counts = count_statuses(v.status.value for c in columns for verdicts in c.verdicts.values() for v in verdicts)
     return tuple(counts.get(status.value, 0) for status in STATUS_ORDER)
+
+
+def _column_order(columns: Iterable[Column]) -> List[Column]:
+    """Machines worst first, those that tested only the CPU last, ties by label (so the order of
+    the files does not matter); a machine's columns together, its GPUs by index."""
+    machines: Dict[str, List[Column]] = {}
+    for column in columns:
+        machines.setdefault(column.machine, []).append(column)
+    ranked = sorted(machines)
+    ranked.sort(key=lambda m: _badness(machines[m]), reverse=True)  # stable: ties stay by label
+    ranked.sort(key=lambda m: all(c.order[0] for c in machines[m]))  # the CPU-only machines last
+    return [c for m in ranked for c in sorted(machines[m], key=lambda c: c.order)]
 
 
 def one_per_run(loaded: List[Tuple[str, Report]]) -> List[Tuple[str, Report]]:
@@ -128,16 +146,20 @@ def build(loaded: List[Tuple[str, Report]]) -> Dict[str, Any]:
         machine = summary(report.fingerprint)
         for gpu, verdicts in device_columns(report).items():
             label = f"{machine} / {gpu}" if gpu else machine
-            column = columns.setdefault(label, Column(label, report.fingerprint))
+            column = columns.setdefault(label, Column(label, machine, gpu, report.fingerprint,
+                                                      device_order(verdicts[0].device or report.device)))
             column.reports.append(name)
             for verdict in verdicts:
                 column.verdicts.setdefault(verdict.variant, []).append(verdict)
-    ordered = sorted(columns.values(), key=_badness, reverse=True)  # the worst columns first (stable)
+    ordered = _column_order(columns.values())
     rows = [{"variant": variant, "probe": probe,
              "cells": [_cell(c.verdicts.get(variant), c.fingerprint) for c in ordered]}
             for variant, probe in variant_order(v for _, report in runs for v in report.verdicts)]
-    return {"schema": "rocmcheck-matrix", "schema_version": "1.0", "grouping": GROUPING,
-            "machines": [{"label": c.label, "reports": c.reports, "fingerprint": c.fingerprint} for c in ordered],
+    counts = {"variants": len(rows), "machines": len({machine_identity(r.fingerprint) for _, r in runs}),
+              "reports": len(runs)}
+    return {"schema": "rocmcheck-matrix", "schema_version": "1.1", "grouping": GROUPING, "counts": counts,
+            "machines": [{"label": c.label, "machine": c.machine, "gpu": c.gpu or None, "reports": c.reports,
+                          "fingerprint": c.fingerprint} for c in ordered],
             "rows": rows}
 
 
@@ -177,8 +199,9 @@ def _issue_lines(matrix: Dict[str, Any], bullet: str) -> List[str]:
 
 
 def counts_line(matrix: Dict[str, Any]) -> str:
-    counts = (len(matrix["rows"]), len(matrix["machines"]), sum(len(m["reports"]) for m in matrix["machines"]))
-    return ", ".join(f"{n} {word}{'s' if n != 1 else ''}" for n, word in zip(counts, ("variant", "machine", "report")))
+    """`4 variants, 2 machines, 5 reports`: runs and machines, not columns (a two-GPU report is
+    one machine, one report)."""
+    return ", ".join(f"{n} {word[:-1] if n == 1 else word}" for word, n in matrix["counts"].items())
 
 
 def terminal_text(matrix: Dict[str, Any]) -> str:
