@@ -423,7 +423,8 @@ class MatrixPlugin:
             terminalreporter.write_line(line)
 
     def summary_lines(self, report: "Report") -> List[str]:
-        from .outputs.render import known_issue_lines, terminal_matrix
+        from .outputs.render import known_issue_lines
+        from .outputs.runtext import terminal_matrix
         from .outputs.storage import write_problem
 
         lines = terminal_matrix(report).splitlines()

@@ -24,7 +24,7 @@ VERDICT_TYPES = {"probe": str, "params": dict, "message": str, "duration_s": (in
                  "evidence": dict, "known_issues": list, "env": dict, "device": dict}
 EVIDENCE_TYPES = {**{key: str for key in ("stack", "traceback", "output_tail", "signal", "exit")},
                   "signatures": list, "faults_injected": list}
-ISSUE_TYPES = {"links": list, "title": str, "workaround": str}
+ISSUE_TYPES = {"id": str, "links": list, "title": str, "workaround": str}
 RUN_TYPES = {"id": str, "command": str, "argv": list, "started": (int, float), "device": str, "profile": str,
              "isolation": str, "isolation_requested": str, "inject": str, "env": dict, "notes": list,
              "finished": (int, float), "partial": bool, "interrupted": str, "counts": dict, "unwritten": dict}

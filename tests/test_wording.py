@@ -11,7 +11,7 @@ from rocmcheck import faults, registry
 from rocmcheck.cli import main
 from rocmcheck.knowledge import DATA
 from rocmcheck.outputs import bugreport
-from rocmcheck.outputs.render import markdown_report
+from rocmcheck.outputs.runtext import markdown_report
 from rocmcheck.outputs.storage import SCHEMA
 from rocmcheck.records import BEFORE_FIRST, BETWEEN, Report, RunInfo, where_interrupted
 from rocmcheck.wording import counted

@@ -10,7 +10,8 @@ from .. import registry
 from ..engine.options import add_to_argparse
 from ..engine.selection import gate_variants, select
 from ..model import ExitCode, node_status
-from ..outputs.render import counts_line, failing_line, known_issue_lines, terminal_matrix
+from ..outputs.render import counts_line, failing_line, known_issue_lines
+from ..outputs.runtext import terminal_matrix
 from ..outputs.storage import report_json
 from ..records import Report
 from .common import add_run_options, execute, exit_for, files, files_line, json_to_stdout, run_options

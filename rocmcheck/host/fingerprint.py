@@ -227,6 +227,18 @@ def summary(fingerprint: Dict[str, Any]) -> str:
     return " / ".join(str(p) for p in parts)
 
 
+def machine_identity(fingerprint: Dict[str, Any]) -> str:
+    """Which machine a report is from, as far as its fingerprint tells (a report names no host):
+    the UUIDs of the GPUs torch saw, one per board, so two nodes of one kind are two machines and
+    a run of one GPU, or of the CPU, on a GPU machine is that machine; without them (a host with
+    no GPU, a torch too old to read them) the machine's label (`summary`), so identical such
+    hosts count as one."""
+    devices = (fingerprint.get("device_facts") or {}).get("devices")
+    uuids = sorted({str(d["uuid"]) for d in devices if isinstance(d, dict) and d.get("uuid")}) \
+        if isinstance(devices, list) else []
+    return "GPUs " + " ".join(uuids) if uuids else summary(fingerprint)
+
+
 def compiled_arch_list(torch: Any) -> Optional[List[str]]:
     """The archs this torch was compiled for, from its build flags: no GPU runtime needed (None if unreadable)."""
     flags = getattr(torch._C, "_cuda_getArchFlags", None)  # compile-time; torch.cuda.get_arch_list() initialises

@@ -29,7 +29,8 @@ from ..model import EVIDENCE_TAILS, Status, Verdict, is_bad, is_notable
 from ..records import Report
 from ..redact import REDACTED, Redactor
 from . import repro
-from .render import counts_line, doctor_markdown, markdown_matrix, short
+from .matrix import devices_tested, run_table
+from .render import counts_line, doctor_markdown, on_gpu, short
 from .storage import report_json, write_atomic
 
 GITHUB_BODY_LIMIT = 65536
@@ -201,7 +202,7 @@ def markdown(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: 
         out += _verdict_section(v, script, show_code, no_repro.get(v["variant"]), trim.evidence_chars, trim.helpers,
                                 tails_shown)
     if len(shown) < len(bad):
-        out += ["", "Also not passing: " + _names([f"`{v['variant']}` ({v['status']})" for v in bad[len(shown):]])]
+        out += ["", "Also not passing: " + _names([_named(v) for v in bad[len(shown):]])]
     warns = [v for v in report["verdicts"] if v["status"] == "warn"]
     if warns:
         out += ["", "## Warnings", ""] + [f"- `{v['variant']}`: {short(v.get('message', ''), 300)}"
@@ -210,20 +211,29 @@ def markdown(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: 
     out += _known_issues_section(bad + warns)
     if "log" in report:
         out += _log_section(report["log"], trim.evidence_chars)
-    out += _matrix_section(report["verdicts"], trim.matrix_rows)
+    out += _matrix_section(report, trim.matrix_rows)
     if "doctor" in report:
         out += ["", "## Doctor", ""]
         out += _doctor(report["doctor"]) if trim.doctor else ["(cut: see the JSON twin)"]
     return "\n".join(out) + "\n"
 
 
-def _matrix_section(verdicts: List[Dict[str, Any]], rows_kept: str) -> List[str]:
+def _matrix_section(report: Dict[str, Any], rows_kept: str) -> List[str]:
+    """The run's table (a column per GPU), its passing and skipped rows cut where `rows_kept` says."""
+    variants = list(dict.fromkeys(v["variant"] for v in report["verdicts"]))
     if rows_kept == "none":
-        return ["", f"Full matrix ({len(verdicts)} variants): cut, see the JSON twin."]
-    rows = verdicts if rows_kept == "all" else [v for v in verdicts if is_notable(v["status"])]
-    cut = "" if rows_kept == "all" else f", {len(verdicts) - len(rows)} passing or skipped rows cut"
-    return ["", f"<details><summary>Full matrix ({len(verdicts)} variants{cut})</summary>", "",
-            markdown_matrix([Verdict.from_dict(v) for v in rows]) if rows else "(no verdicts)", "", "</details>"]
+        return ["", f"Full matrix ({len(variants)} variants): cut, see the JSON twin."]
+    rows = variants if rows_kept == "all" else \
+        list(dict.fromkeys(v["variant"] for v in report["verdicts"] if is_notable(v["status"])))
+    cut = "" if rows_kept == "all" else f", {len(variants) - len(rows)} passing or skipped rows cut"
+    return ["", f"<details><summary>Full matrix ({len(variants)} variants{cut})</summary>", "",
+            run_table(Report.from_dict(report), markdown=True, variants=rows) if rows else "(no verdicts)", "",
+            "</details>"]
+
+
+def _named(verdict: Dict[str, Any]) -> str:
+    """`` `device-smoke` on simgpu:1 (simgpu, 0000:11:00.0) (fail) ``: a not-passing variant in a sentence."""
+    return f"`{verdict['variant']}`{on_gpu(_mapping(verdict.get('device')))} ({verdict['status']})"
 
 
 def _names(names: List[str]) -> str:
@@ -236,11 +246,11 @@ def _summary_paragraph(report: Dict[str, Any], bad: List[Dict[str, Any]], contex
     when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(run["started"])) + " UTC" \
         if isinstance(run.get("started"), (int, float)) else "an unknown time"
     text = (f"rocmcheck {(report.get('tool') or {}).get('version', '?')} ran {len(report['verdicts'])} probe "
-            f"variant(s) on **{summary(report['fingerprint'])}** (device `{run.get('device', '?')}`, profile "
+            f"variant(s) on **{summary(report['fingerprint'])}** ({_devices(report)}, profile "
             f"{run.get('profile', '?')}, isolation {run.get('isolation', '?')}, run `{run.get('id', '?')}`, {when}): "
             f"{counts_line(Report.from_dict(report))}.")
     if bad:
-        listed = ", ".join(f"`{v['variant']}` ({v['status']})" for v in bad[:5])
+        listed = ", ".join(_named(v) for v in bad[:5])
         text += f" Not passing: {listed}{' and more' if len(bad) > 5 else ''}."
         matched = {str(i.get("id")) for v in bad for i in v["known_issues"]}
         text += f" {len(matched)} known issue(s) match." if matched else " No known issue matches."
@@ -251,6 +261,12 @@ def _summary_paragraph(report: Dict[str, Any], bad: List[Dict[str, Any]], contex
     if context["source"]:
         text += f" Built from `{context['source']}`."
     return " ".join([text, *context["notes"]])
+
+
+def _devices(report: Dict[str, Any]) -> str:
+    """`devices simgpu:0 (simgpu, 0000:10:00.0), simgpu:1 (…)`, or `device cpu`."""
+    tested = devices_tested(Report.from_dict(report))
+    return f"device{'s' if len(tested) > 1 else ''} {', '.join(tested)}"
 
 
 def _fingerprint_table(report: Dict[str, Any]) -> str:
@@ -265,7 +281,7 @@ def _fingerprint_table(report: Dict[str, Any]) -> str:
         ("torch", dev.get("torch")),
         ("backend", " ".join(f"{k} {dev[k]}" for k in ("rocm", "hip", "cuda") if dev.get(k)) or dev.get("backend")),
         ("GPUs", gpus or f"none visible ({dev.get('torch_error') or 'CPU run'})"),
-        ("device under test", (report.get("run") or {}).get("device")),
+        ("device under test", ", ".join(devices_tested(Report.from_dict(report)))),
         ("wheel arch list", " ".join(map(str, _list(dev.get("arch_list")))) or None),
         ("driver / runtime", ", ".join(f"{k} {dev[k]}" for k in DRIVER_FACTS if dev.get(k)) or None),
         ("OS", dev.get("os_collect_env") or host.get("os")),
@@ -287,7 +303,8 @@ def _verdict_section(v: Dict[str, Any], script: Optional[repro.Reproducer], show
     stack to read (`tails_shown` collects them across the sections)."""
     tails_shown = {} if tails_shown is None else tails_shown
     ev = _mapping(v.get("evidence"))
-    out = ["", f"## {v['status'].upper()} `{v['variant']}`", "", short(v.get("message", ""), 1000), ""]
+    out = ["", f"## {v['status'].upper()} `{v['variant']}`{on_gpu(_mapping(v.get('device')))}", "",
+           short(v.get("message", ""), 1000), ""]
     exited = None if ev.get("signal") or ev.get("returncode") == 0 else ev.get("exit")
     facts = [("exit", exited), ("signal", ev.get("signal")),
              ("signatures", ", ".join(map(str, ev.get("signatures") or [])) or None),

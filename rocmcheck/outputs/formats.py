@@ -14,7 +14,7 @@ from typing import Dict, List, Mapping, Tuple
 from ..records import Report
 from .matrix import build
 from .matrix_html import html_page
-from .render import markdown_report
+from .runtext import markdown_report
 from .storage import Output, report_json
 
 RUN_COMMANDS = ("run", "gate", "report", "doctor")

@@ -3,7 +3,8 @@ a CSS checkbox), every text from a report HTML-escaped (probe messages are untru
 
 It renders `matrix.build()`'s data, the same rows, columns and `cell_text` as the Markdown;
 columns are ordered and grouped by arch, then backend and version, then torch (the parts of
-the machine label), and a bad cell opens (`<details>`) to its messages, evidence and workarounds.
+the machine label), the CPU's last as in the table, and a bad cell opens (`<details>`) to its
+messages, evidence and workarounds.
 """
 from __future__ import annotations
 
@@ -63,7 +64,9 @@ def _td(cell: Optional[Dict[str, Any]], variant: str, column: int) -> str:
 
 def html_page(matrix: Dict[str, Any]) -> str:
     machines = matrix["machines"]
-    order = sorted(range(len(machines)), key=lambda i: _parts(machines[i])[:len(GROUP_LEVELS)])  # stable
+    # stable, so a machine's GPU columns keep `build`'s order (by index); the CPU's columns last, as in the table
+    order = sorted(range(len(machines)), key=lambda i: (_parts(machines[i])[0] == "cpu",
+                                                        _parts(machines[i])[:len(GROUP_LEVELS)]))
     head = []
     for level in range(len(GROUP_LEVELS)):
         cells = [f'<th rowspan="{len(GROUP_LEVELS) + 1}">probe variant</th>'] if level == 0 else []

@@ -1,15 +1,15 @@
-"""Text for people: the live line per verdict, the terminal matrix, the Markdown report and
-doctor's results. Renders `Report`s and `Verdict`s only, so every command and the plugin share
-it and it imports nothing above the engine.
+"""Text for people: the live line per verdict, which GPU a verdict is from, doctor's results.
+Renders `Report`s and `Verdict`s only, so every command and the plugin share it and it imports
+nothing above the engine. A run's table and Markdown are the matrix of one run (`matrix`,
+`runtext`).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from tabulate import tabulate
 
-from ..host.fingerprint import summary
-from ..model import EVIDENCE_TAILS, STATUS_ORDER, Verdict, is_bad
+from ..model import STATUS_ORDER, Verdict
 from ..records import Report
 
 MESSAGE_WIDTH = 90
@@ -20,9 +20,48 @@ def short(text: str, width: int = MESSAGE_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+# --- which GPU ---------------------------------------------------------------------------------
+# The one place that says which device a verdict is from, so that the gate's summary, the live
+# line, the run's table and Markdown, the bug report and the matrix name a GPU the same way.
+
+
+def gpu_parts(device: Mapping[str, Any]) -> List[str]:
+    """A verdict's device (`engine.devices.label`'s record) for people: the torch name, which
+    holds the index, then the arch and PCI address where known (`["simgpu:1", "simgpu",
+    "0000:11:00.0"]`); `["cpu"]` for the CPU; [] for a verdict that recorded none (an older report)."""
+    name = device.get("name")
+    if not name:
+        return []
+    return [str(name), *(str(device[key]) for key in ("arch", "pci_address") if device.get(key))]
+
+
+def gpu_text(device: Mapping[str, Any]) -> str:
+    """`simgpu:1 (simgpu, 0000:11:00.0)`, `cpu`, or "" (no device recorded)."""
+    parts = gpu_parts(device)
+    return f"{parts[0]} ({', '.join(parts[1:])})" if len(parts) > 1 else "".join(parts)
+
+
+def on_gpu(device: Mapping[str, Any], full: bool = True) -> str:
+    """` on simgpu:1 (simgpu, 0000:11:00.0)` after a variant's name (` on simgpu:1` when not
+    `full`), "" for the CPU: a CPU run's lines stay as they were."""
+    name = device.get("name")
+    if not name or name == "cpu":
+        return ""
+    return f" on {gpu_text(device) if full else name}"
+
+
+def device_order(device: Mapping[str, Any]) -> Tuple[bool, int, str]:
+    """Sort key of devices (the columns of a table): GPUs by index, then the CPU and a verdict
+    that recorded no device."""
+    name = str(device.get("name") or "")
+    index = device.get("index")
+    return (name in ("", "cpu"), index if isinstance(index, int) else -1, name)
+
+
 def verdict_line(v: Verdict) -> str:
-    """`  PASS  transfer[to-float32]  0.12s  ok`, with ` on cuda:N` for a verdict from a GPU."""
-    where = f" on {v.device['name']}" if v.device.get("name", "cpu") != "cpu" else ""
+    """`  PASS  transfer[to-float32]  0.12s  ok`, with ` on cuda:N` for a verdict from a GPU (its
+    arch and PCI address too when it is bad)."""
+    where = on_gpu(v.device, full=v.status.is_bad)
     return f"{v.status.value.upper():>5}  {v.variant}{where}  {v.duration_s:.2f}s  {short(v.message)}"
 
 
@@ -33,29 +72,14 @@ def counts_line(report: Report) -> str:
     return (", ".join(parts) or "no probes run") + partial
 
 
-def _rows(verdicts: Iterable[Verdict]) -> List[List[str]]:
-    return [[v.variant, v.status.value.upper(), f"{v.duration_s:.2f}", short(v.message, 70)] for v in verdicts]
-
-
-def terminal_matrix(report: Report) -> str:
-    table = tabulate(_rows(report.verdicts), headers=["probe variant", "verdict", "s", "message"],
-                     tablefmt="simple")
-    return f"{table}\n\n{summary(report.fingerprint)}: {counts_line(report)}"
-
-
 def failing_line(v: Verdict, width: Optional[int] = None) -> str:
-    """`FAIL transfer[to-float32]: the message` (the message cut to `width`)."""
-    return f"{v.status.value.upper()} {v.variant}: {short(v.message, width) if width else v.message}"
+    """`FAIL transfer[to-float32] on cuda:1 (gfx942, 0000:11:00.0): the message` (the message cut
+    to `width`)."""
+    return f"{v.status.value.upper()} {v.variant}{on_gpu(v.device)}: {short(v.message, width) if width else v.message}"
 
 
 def md_escape(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def markdown_matrix(verdicts: List[Verdict]) -> str:
-    rows = [[f"`{md_escape(r[0])}`", f"**{r[1]}**" if is_bad(r[1].lower()) else r[1], r[2],
-             md_escape(r[3])] for r in _rows(verdicts)]
-    return tabulate(rows, headers=["probe variant", "verdict", "s", "message"], tablefmt="github")
 
 
 def known_issue_lines(issues: Iterable[Mapping[str, Any]]) -> List[str]:
@@ -67,28 +91,6 @@ def known_issue_lines(issues: Iterable[Mapping[str, Any]]) -> List[str]:
             lines.append(f"  workaround: {issue['workaround']}")
         lines.extend(f"  {link}" for link in issue.get("links", []))
     return lines
-
-
-def markdown_report(report: Report) -> str:
-    """The run's Markdown matrix: summary line, failing variants with evidence, the table."""
-    run = report.run
-    out = [f"# rocmcheck {run.command}: {summary(report.fingerprint)}", "",
-           f"{counts_line(report)}. Device `{run.device}`, isolation {run.isolation}, "
-           f"profile {run.profile}, run `{run.id}`.", ""]
-    out += [f"> {note}" for note in run.notes]
-    for v in report.verdicts:
-        if not v.status.is_notable:
-            continue
-        out += ["", f"## {v.status.value.upper()} `{v.variant}`", "", short(v.message, 400)]
-        out += known_issue_lines(v.known_issues)
-        for key in EVIDENCE_TAILS:
-            if v.evidence.get(key):
-                out += ["", f"<details><summary>{key}</summary>", "", "```", v.evidence[key].strip()[-3000:], "```",
-                        "", "</details>"]
-    if report.sections.get("doctor"):
-        out += ["", "## Doctor", "", *(doctor_markdown(report.sections["doctor"]) or [])]
-    out += ["", "## Matrix", "", markdown_matrix(report.verdicts), ""]
-    return "\n".join(out)
 
 
 # --- doctor's results (`rocmcheck.doctor`'s `Case.to_dict` shape) ---------------------------

@@ -1,0 +1,40 @@
+"""A run's text for people: its final table in the terminal (`rocmcheck run`, the plugin's
+summary) and its Markdown file. The table is the run's own matrix (`matrix.run_table`: a column
+per device), so a two-GPU run shows one row per variant, not one per GPU, and every failure is
+named by its GPU as the matrix and the gate's summary name it (`render.gpu_text`).
+"""
+from __future__ import annotations
+
+from ..host.fingerprint import summary
+from ..model import EVIDENCE_TAILS
+from ..records import Report
+from .matrix import devices_tested, run_table
+from .render import counts_line, doctor_markdown, known_issue_lines, on_gpu, short
+
+
+def terminal_matrix(report: Report) -> str:
+    return f"{run_table(report)}\n\n{summary(report.fingerprint)}: {counts_line(report)}"
+
+
+def markdown_report(report: Report) -> str:
+    """The run's Markdown: summary line, the not-passing verdicts (each named by its GPU) with
+    evidence, the table."""
+    run = report.run
+    tested = devices_tested(report)
+    out = [f"# rocmcheck {run.command}: {summary(report.fingerprint)}", "",
+           f"{counts_line(report)}. Device{'s' if len(tested) > 1 else ''} {', '.join(tested)}, "
+           f"isolation {run.isolation}, profile {run.profile}, run `{run.id}`.", ""]
+    out += [f"> {note}" for note in run.notes]
+    for v in report.verdicts:
+        if not v.status.is_notable:
+            continue
+        out += ["", f"## {v.status.value.upper()} `{v.variant}`{on_gpu(v.device)}", "", short(v.message, 400)]
+        out += known_issue_lines(v.known_issues)
+        for key in EVIDENCE_TAILS:
+            if v.evidence.get(key):
+                out += ["", f"<details><summary>{key}</summary>", "", "```", v.evidence[key].strip()[-3000:], "```",
+                        "", "</details>"]
+    if report.sections.get("doctor"):
+        out += ["", "## Doctor", "", *(doctor_markdown(report.sections["doctor"]) or [])]
+    out += ["", "## Matrix", "", run_table(report, markdown=True), ""]
+    return "\n".join(out)
