@@ -7,8 +7,9 @@ overrides (the same probe with another backend, dtype, copy method...). Every at
 ordinary child under the watchdog, inside one total time budget.
 
 Candidates are data: the built-in `data/workarounds.json`, files given with `--workarounds`,
-and the ids that a matching known issue names in its "candidates" list. Those named by a
-known issue are tried first, then the rest cheapest first.
+and the ids that a known issue fitting the failure (its scope judged against the run's other
+verdicts) names in its "candidates" list. Those named by a known issue are tried first, then
+the rest cheapest first.
 
 When a candidate counts as a fix (the baseline is the N re-runs as it is):
 - the baseline failed N of N: the candidate must pass N of N;
@@ -153,9 +154,12 @@ def load_candidates(extra: Sequence[Path] = ()) -> Dict[str, Candidate]:
     return out
 
 
-def named_by_known_issues(verdict: Verdict, fingerprint: Dict[str, Any]) -> Dict[str, List[str]]:
-    """Candidate id -> ids of the known issues matching `verdict` here that name it."""
-    matched = {i["id"] for i in known_issues.match(verdict, fingerprint)}
+def named_by_known_issues(verdict: Verdict, fellows: Sequence[Verdict],
+                          fingerprint: Dict[str, Any]) -> Dict[str, List[str]]:
+    """Candidate id -> ids of the known issues that fit `verdict` here, beside its run's `fellows`,
+    and name it."""
+    (judged,) = known_issues.judged([verdict], fingerprint, fellows)
+    matched = {i["id"] for i in judged.known_issues}
     named: Dict[str, List[str]] = {}
     for entry in known_issues.entries():
         if entry["id"] in matched:
@@ -271,12 +275,14 @@ class Doctor:
         self.cases: List[Case] = []
         self.overhead: Dict[bool, float] = {False: 0.0, True: 0.0}  # launch cost by fresh interpreter or not
 
-    def examine(self, cases: List[Case]) -> None:
-        """Diagnose `cases` (after runner.start()); results go to the report's "doctor" section."""
+    def examine(self, cases: List[Case], fellows: Sequence[Verdict]) -> None:
+        """Diagnose `cases` (after runner.start()), the failures of the run whose verdicts are
+        `fellows` (against which a known issue's scope is judged); results go to the report's
+        "doctor" section."""
         self.cases = cases
         self.deadline = time.monotonic() + self.budget_s
         for case in cases:
-            self._plan(case)
+            self._plan(case, fellows)
         self._publish()
         for case in cases:
             self._baseline(case)
@@ -285,9 +291,9 @@ class Doctor:
                 if rank < len(case.queue) and case.state(self.repeats) in ("fails", "flaky"):
                     self._try(case, case.queue[rank][0])
 
-    def _plan(self, case: Case) -> None:
+    def _plan(self, case: Case, fellows: Sequence[Verdict]) -> None:
         """The candidates that apply to this variant, documented (known-issue) ones first, then by cost."""
-        named = named_by_known_issues(case.original, self.runner.fingerprint_cache)
+        named = named_by_known_issues(case.original, fellows, self.runner.fingerprint_cache)
         base_env = {**os.environ, **self.runner.opts.env}
         for cid in sorted(set(named) - set(self.candidates)):
             self.runner.note(f"known issue {', '.join(named[cid])} names unknown workaround candidate '{cid}'")

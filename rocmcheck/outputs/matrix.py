@@ -13,7 +13,7 @@ known issue, listed under the table. Never imports torch.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -39,16 +39,6 @@ class Machine:
     verdicts: Dict[str, List[Verdict]] = field(default_factory=dict)  # variant -> its verdicts
 
 
-def _issues(verdict: Verdict, fingerprint: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """Known issues stored with the verdict, plus any the current data files add."""
-    found = {i.get("id"): i for i in verdict.known_issues}
-    if verdict.status.is_notable:
-        current = replace(verdict, probe=verdict.probe or verdict.variant.split("[")[0])
-        for issue in known_issues.match(current, fingerprint):
-            found.setdefault(issue["id"], issue)
-    return list(found.values())
-
-
 def _detail(verdict: Verdict) -> Dict[str, Any]:
     """What a reader of a bad cell needs: the message and the evidence's short fields and tails."""
     ev = verdict.evidence
@@ -57,13 +47,15 @@ def _detail(verdict: Verdict) -> Dict[str, Any]:
     return {"status": verdict.status.value, "message": verdict.message, "evidence": evidence}
 
 
-def _cell(verdicts: Optional[List[Verdict]], fingerprint: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def _cell(verdicts: Optional[List[Verdict]]) -> Optional[Dict[str, Any]]:
+    """One machine's verdicts of one variant (their known issues judged per run by `build`)."""
     if not verdicts:
         return None
     counts = count_statuses(v.status.value for v in verdicts)
-    issues = {i.get("id"): i for v in verdicts for i in _issues(v, fingerprint)}
+    issues = {i.get("id"): i for v in verdicts for i in v.known_issues}
+    unfit = {i.get("id"): i for v in verdicts for i in v.unfit_issues if i.get("id") not in issues}
     return {"status": Status.worst(counts).value, "counts": counts, "known_issues": list(issues.values()),
-            "details": [_detail(v) for v in verdicts if v.status.is_notable]}
+            "unfit_issues": list(unfit.values()), "details": [_detail(v) for v in verdicts if v.status.is_notable]}
 
 
 def _badness(machine: Machine) -> Tuple[int, ...]:
@@ -92,7 +84,8 @@ def build(loaded: List[Tuple[str, Report]]) -> Dict[str, Any]:
         statuses(report, name)  # rejects malformed verdicts with a one-line error
         fingerprint = report.fingerprint
         several = len(report.device.get("under_test") or []) > 1
-        for verdict in report.verdicts:
+        # the issues stored with each verdict, judged again by the current data over its own run
+        for verdict in known_issues.judged(report.verdicts, fingerprint):
             label = summary(fingerprint)
             gpu = verdict.device.get("name")
             if several and gpu:  # a node's GPUs each get a column
@@ -109,7 +102,7 @@ def build(loaded: List[Tuple[str, Report]]) -> Dict[str, Any]:
         first_seen.setdefault(_probe_of(variant, probe), len(first_seen))
     grouped = sorted(probes.items(), key=lambda item: first_seen[_probe_of(*item)])  # stable: variants keep order
     rows = [{"variant": variant, "probe": probe,
-             "cells": [_cell(m.verdicts.get(variant), m.fingerprint) for m in machines.values()]}
+             "cells": [_cell(m.verdicts.get(variant)) for m in machines.values()]}
             for variant, probe in grouped]
     return {"schema": "rocmcheck-matrix", "schema_version": "1.0", "grouping": GROUPING,
             "machines": [{"label": m.label, "reports": m.reports, "fingerprint": m.fingerprint}
@@ -148,9 +141,9 @@ def _issue_lines(matrix: Dict[str, Any], bullet: str) -> List[str]:
     lines = []
     for row in matrix["rows"]:
         for machine, cell in zip(matrix["machines"], row["cells"]):
-            if cell and cell["known_issues"]:
+            if cell and (cell["known_issues"] or cell["unfit_issues"]):
                 lines.append(f"{bullet}{row['variant']} on {machine['label']}:")
-                lines += ["  " + line for line in known_issue_lines(cell["known_issues"])]
+                lines += ["  " + line for line in known_issue_lines(cell["known_issues"], cell["unfit_issues"])]
     return lines
 
 

@@ -58,15 +58,24 @@ def markdown_matrix(verdicts: List[Verdict]) -> str:
     return tabulate(rows, headers=["probe variant", "verdict", "s", "message"], tablefmt="github")
 
 
-def known_issue_lines(issues: Iterable[Mapping[str, Any]]) -> List[str]:
-    """A verdict's (or a matrix cell's) known issues: title, workaround, links."""
+def unfit_issue_lines(unfit: Iterable[Mapping[str, Any]], others_fit: bool) -> List[str]:
+    """The known issues that match a failure but whose scope the run rules out (`unfit_issues`,
+    from `known_issues.judged`), each with why; "none fits" first when no other one does, so the
+    reader is not left with an entry whose advice would not help, nor to guess why none is shown."""
+    lines = [f"  {u.get('id')} does not: {u.get('why')}" for u in unfit]
+    return ["- known issue: none fits this failure", *lines] if lines and not others_fit else lines
+
+
+def known_issue_lines(issues: Iterable[Mapping[str, Any]], unfit: Iterable[Mapping[str, Any]] = ()) -> List[str]:
+    """A verdict's (or a matrix cell's) known issues: title, workaround, links; then the unfit ones."""
+    issues = list(issues)
     lines = []
     for issue in issues:
         lines.append(f"- known issue: {issue.get('title', issue.get('id'))}")
         if issue.get("workaround"):
             lines.append(f"  workaround: {issue['workaround']}")
         lines.extend(f"  {link}" for link in issue.get("links", []))
-    return lines
+    return lines + unfit_issue_lines(unfit, bool(issues))
 
 
 def markdown_report(report: Report) -> str:
@@ -80,7 +89,7 @@ def markdown_report(report: Report) -> str:
         if not v.status.is_notable:
             continue
         out += ["", f"## {v.status.value.upper()} `{v.variant}`", "", short(v.message, 400)]
-        out += known_issue_lines(v.known_issues)
+        out += known_issue_lines(v.known_issues, v.unfit_issues)
         for key in EVIDENCE_TAILS:
             if v.evidence.get(key):
                 out += ["", f"<details><summary>{key}</summary>", "", "```", v.evidence[key].strip()[-3000:], "```",
