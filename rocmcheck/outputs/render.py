@@ -108,10 +108,13 @@ DOCTOR_STATE_TEXT = {
     "unmeasured": "not measured: the budget ran out ({rate} re-runs)",
     "skipped": "does not run here (skipped): nothing to diagnose"}
 DOCTOR_OUTCOME_TEXT = {"fix": "FIX", "no-fix": "no fix", "crash": "crashed", "hang": "hung", "skip": "n/a here",
-                       "cut": "cut", "untried": "untried"}
+                       "cut": "cut", "untried": "untried", "not-tried": "not tried"}
 
 
 def _state_line(result: Mapping[str, Any]) -> str:
+    if result.get("baseline_from"):  # a representative's deterministic failure stands for this one's
+        return (f"fails like {result['baseline_from']}, which failed every re-run as it is (not re-run itself); "
+                f"a fix must pass {result.get('required_passes')} in a row")
     line = DOCTOR_STATE_TEXT.get(str(result.get("state")), "{rate}").format(rate=result.get("pass_rate", "?"))
     if result.get("state") == "flaky":
         line += f"; a fix must pass {result.get('required_passes')} in a row"
@@ -123,6 +126,8 @@ def _candidate_note(row: Mapping[str, Any]) -> str:
         return "not tried: the budget ran out"
     if row.get("outcome") == "cut":
         return "stopped by the budget before enough runs"
+    if row.get("outcome") == "not-tried":
+        return str(row.get("why", ""))
     return row.get("message") or row.get("title", "")
 
 
