@@ -1,14 +1,28 @@
 """`rocmcheck doctor`: find the workaround that makes a failing probe variant pass here.
 
-For every variant that did not pass, doctor re-runs it as it is (`--repeats` N times) to
-measure its own pass rate, then under each candidate workaround that applies: environment
-variables (set before the child imports torch, so a fresh interpreter) or parameter
-overrides (the same probe with another backend, dtype, copy method...). Every attempt is an
-ordinary child under the watchdog, inside one total time budget.
+For the variants that did not pass, doctor re-runs one representative per probe (the first
+failing variant) as it is (`--repeats` N times) to measure its pass rate, then under each
+candidate workaround that applies: environment variables (set before the child imports torch,
+so a fresh interpreter) or parameter overrides (the same probe with another backend, dtype,
+copy method...). Every attempt is an ordinary child under the watchdog, inside one total time
+budget.
+
+The variants of one probe that fail together mostly share a cause (one fault under every copy
+method), and re-running each N times as it is, then every candidate on each, spent the budget
+on runs that taught nothing new. So when the representative fails N of N (deterministic), the
+other failing variants of its probe are not re-run as they are ("fails like" it; with
+`--from`, one whose first re-run passed is not counted in), and only the candidates that fixed
+the representative are tried on them, each with the representative's bar (N of N); a
+candidate that did not fix it is "not tried" on them, saying so. A variant that no fix of the
+representative fixes has a cause of its own: it is diagnosed the same way in the next round,
+as the representative of what is left of its probe (its own N re-runs, every candidate not yet
+tried on it). A representative that does not fail deterministically (flaky, not reproduced)
+stands for nothing: the next variant of its probe is the next round's representative.
 
 Candidates are data: the built-in `data/workarounds.json`, files given with `--workarounds`,
-and the ids that a matching known issue names in its "candidates" list. Those named by a
-known issue are tried first, then the rest cheapest first.
+and the ids that a known issue fitting the failure (its scope judged against the run's other
+verdicts) names in its "candidates" list. Those named by a known issue are tried first, then
+the rest cheapest first.
 
 When a candidate counts as a fix (the baseline is the N re-runs as it is):
 - the baseline failed N of N: the candidate must pass N of N;
@@ -23,9 +37,11 @@ is never a fix.
 Budget: before each run doctor estimates it (the longest run of that variant so far, plus
 what launching that kind of child has cost: a fresh interpreter imports torch) and starts it
 only if the budget left covers it; the run's watchdog timeout is at most the budget left, and
-a run stopped there is "cut", not a hang. Baselines run first, then candidates rank by rank
-across variants, so a short budget reaches every variant's first candidate. The first run of
-a fresh interpreter may overshoot the budget by one torch import, which nothing has measured yet.
+a run stopped there is "cut", not a hang. In each round the representatives' baselines run
+first, then their candidates rank by rank across probes, so a short budget reaches every
+probe's first candidate, then the widening of their fixes; no new round starts once a run did
+not fit. The first run of a fresh interpreter may overshoot the budget by one torch import,
+which nothing has measured yet.
 """
 from __future__ import annotations
 
@@ -42,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 from .errors import UsageError
 from .knowledge import DATA, known_issues
 from .model import DeviceInfo, RunsIn, Status, Variant, Verdict
+from .outputs.render import DOCTOR_OUTCOME_TEXT
 from .outputs.storage import parse_json, read_text
 from .records import Report
 
@@ -153,9 +170,12 @@ def load_candidates(extra: Sequence[Path] = ()) -> Dict[str, Candidate]:
     return out
 
 
-def named_by_known_issues(verdict: Verdict, fingerprint: Dict[str, Any]) -> Dict[str, List[str]]:
-    """Candidate id -> ids of the known issues matching `verdict` here that name it."""
-    matched = {i["id"] for i in known_issues.match(verdict, fingerprint)}
+def named_by_known_issues(verdict: Verdict, fellows: Sequence[Verdict],
+                          fingerprint: Dict[str, Any]) -> Dict[str, List[str]]:
+    """Candidate id -> ids of the known issues that fit `verdict` here, beside its run's `fellows`,
+    and name it."""
+    (judged,) = known_issues.judged([verdict], fingerprint, fellows)
+    matched = {i["id"] for i in judged.known_issues}
     named: Dict[str, List[str]] = {}
     for entry in known_issues.entries():
         if entry["id"] in matched:
@@ -211,14 +231,24 @@ class Case:
     queue: List[Tuple[Candidate, List[str]]] = field(default_factory=list)  # (candidate, known issues naming it)
     tried: Dict[str, Tally] = field(default_factory=dict)
     not_applicable: List[Dict[str, str]] = field(default_factory=list)
+    like: Optional["Case"] = None  # the representative whose deterministic failure stands for this one's
 
     def state(self, repeats: int) -> str:
         b = self.baseline
         if Status.SKIP.value in b.statuses:
             return "skipped"
+        if self.like is not None:
+            return "fails"
         if b.runs < repeats:
             return "unmeasured"
         return "fails" if b.passes == 0 else "not-reproduced" if b.passes == b.runs else "flaky"
+
+    def required(self) -> int:
+        """Passes in a row a candidate needs here: against the representative's baseline when it stands in."""
+        b = (self.like or self).baseline
+        if b.runs and b.passes == b.runs:  # every re-run passed (so far): nothing to judge a candidate against
+            return 0
+        return required_passes(b.passes, b.runs)
 
     def outcome(self, candidate: Candidate, needed: int) -> str:
         tally = self.tried.get(candidate.id)
@@ -229,26 +259,46 @@ class Case:
             return {Status.CRASH: "crash", Status.HANG: "hang", Status.SKIP: "skip"}.get(bad[0], "no-fix")
         return "fix" if tally.passes >= needed else "cut"
 
+    def fixes(self) -> List[Candidate]:
+        needed = self.required()
+        return [c for c, _ in self.queue if self.outcome(c, needed) == "fix"]
+
+    def not_tried(self, candidate: Candidate, fixed_by: List[str]) -> str:
+        """Why a variant that its representative stands for was not run under `candidate`, or ""
+        when nothing but the budget kept it from running."""
+        if self.like is None or candidate.id in self.tried:
+            return ""
+        there = self.like.outcome(candidate, self.like.required())
+        if there not in ("untried", "fix", "cut"):
+            return f"{DOCTOR_OUTCOME_TEXT[there]} on {self.like.variant.id}"
+        return f"not needed: {fixed_by[0]} fixes it" if fixed_by else ""
+
     def to_dict(self, repeats: int) -> Dict[str, Any]:
         b, state = self.baseline, self.state(repeats)
-        needed = required_passes(b.passes, b.runs) if state in ("fails", "flaky") else 0
+        needed = self.required() if state in ("fails", "flaky") else 0
         judged = state in ("fails", "flaky", "unmeasured")  # the others have nothing a candidate could change
-        rows = [self._row(c, named, needed) for c, named in self.queue] if judged else []
+        fixed_by = [c.id for c, _ in self.queue if self.outcome(c, needed) == "fix"] if judged else []
+        rows = [self._row(c, named, needed, fixed_by) for c, named in self.queue] if judged else []
         fixes = [r for r in rows if r["outcome"] == "fix"]
         return {"variant": self.variant.id, "probe": self.variant.spec.id, "params": dict(self.variant.params),
                 "original": {"status": self.original.status.value, "message": self.original.message},
                 "state": state, "pass_rate": f"{b.passes}/{b.runs}", "baseline": b.statuses,
-                "baseline_message": b.message, "required_passes": needed, "candidates": rows,
+                "baseline_message": b.message, "baseline_from": self.like.variant.id if self.like else "",
+                "required_passes": needed, "candidates": rows,
                 "fixes": [r["id"] for r in fixes], "snippet": fixes[0]["snippet"] if fixes else "",
                 "untried": [r["id"] for r in rows if r["outcome"] == "untried"],
                 "not_applicable": self.not_applicable}
 
-    def _row(self, candidate: Candidate, named: List[str], needed: int) -> Dict[str, Any]:
+    def _row(self, candidate: Candidate, named: List[str], needed: int, fixed_by: List[str]) -> Dict[str, Any]:
         tally = self.tried.get(candidate.id, Tally())
+        why = self.not_tried(candidate, fixed_by)
         row = {"id": candidate.id, "kind": candidate.kind, "title": candidate.title, "cost": candidate.cost,
-               candidate.kind: dict(candidate.env or candidate.params), "outcome": self.outcome(candidate, needed),
+               candidate.kind: dict(candidate.env or candidate.params),
+               "outcome": "not-tried" if why else self.outcome(candidate, needed),
                "runs": tally.runs, "passes": tally.passes, "statuses": tally.statuses, "message": tally.message,
                "snippet": candidate.paste(), "links": list(candidate.links)}
+        if why:
+            row["why"] = why
         if named:
             row["known_issues"] = named
         return row
@@ -269,25 +319,74 @@ class Doctor:
         self.say = say
         self.deadline = 0.0
         self.cases: List[Case] = []
+        self.out_of_budget = False  # a run did not fit: no new round starts
         self.overhead: Dict[bool, float] = {False: 0.0, True: 0.0}  # launch cost by fresh interpreter or not
 
-    def examine(self, cases: List[Case]) -> None:
-        """Diagnose `cases` (after runner.start()); results go to the report's "doctor" section."""
+    def examine(self, cases: List[Case], fellows: Sequence[Verdict]) -> None:
+        """Diagnose `cases` (after runner.start()), the failures of the run whose verdicts are
+        `fellows` (against which a known issue's scope is judged); results go to the report's
+        "doctor" section. Round by round (the module's docstring says why): per probe a
+        representative, measured and given every candidate; its fixes widened to the variants
+        it stands for; the variants they leave failing make the next round."""
         self.cases = cases
         self.deadline = time.monotonic() + self.budget_s
+        self.out_of_budget = False
         for case in cases:
-            self._plan(case)
+            self._plan(case, fellows)
         self._publish()
-        for case in cases:
-            self._baseline(case)
-        for rank in range(max((len(c.queue) for c in cases), default=0)):
-            for case in cases:
-                if rank < len(case.queue) and case.state(self.repeats) in ("fails", "flaky"):
-                    self._try(case, case.queue[rank][0])
+        pending = list(cases)
+        while pending and not self.out_of_budget:
+            groups: Dict[str, List[Case]] = {}
+            for case in pending:
+                groups.setdefault(case.variant.spec.id, []).append(case)
+            reps = [group[0] for group in groups.values()]
+            for rep in reps:
+                rep.like = None  # in a round after the first, it stands for itself
+                self._baseline(rep)
+            for group in groups.values():
+                self._stand_in(group)
+            for rank in range(max(len(rep.queue) for rep in reps)):
+                for rep in reps:
+                    if rank < len(rep.queue) and rep.state(self.repeats) in ("fails", "flaky"):
+                        self._try(rep, rep.queue[rank][0])
+            for group in groups.values():
+                self._widen(group)
+            pending = [c for group in groups.values() for c in group[1:] if not c.fixes()]
 
-    def _plan(self, case: Case) -> None:
+    def _stand_in(self, group: List[Case]) -> None:
+        """Let a representative that failed every re-run stand for the rest of its probe's failing
+        variants (those whose own unbiased runs, `--from`'s first re-run, all failed too)."""
+        rep, others = group[0], group[1:]
+        if rep.state(self.repeats) != "fails":
+            return
+        for case in others:
+            if case.baseline.passes == 0 and Status.SKIP.value not in case.baseline.statuses:
+                case.like = rep
+        standing = [c for c in others if c.like is rep]
+        if standing:
+            self.say(f"  doctor: {rep.variant.id} failed {rep.baseline.runs}/{rep.baseline.runs} as it is: its fixes "
+                     f"are tried on {len(standing)} more variant(s) of {rep.variant.spec.id}, not re-run as they are")
+        self._publish()
+
+    def _widen(self, group: List[Case]) -> None:
+        """The representative's fixes, each on the variants it stands for (one fix across them all
+        before the next: a short budget reaches every variant). A variant that every one of them
+        has been judged on without a fix has a cause of its own: the representative no longer
+        stands for it."""
+        rep = group[0]
+        fixes = rep.fixes()
+        for candidate in fixes:
+            for case in group[1:]:
+                if case.like is rep and any(c.id == candidate.id for c, _ in case.queue):
+                    self._try(case, candidate)
+        for case in group[1:]:
+            if case.like is rep and not case.fixes() and all(
+                    case.outcome(c, case.required()) != "untried" for c, _ in case.queue if c in fixes):
+                case.like = None
+
+    def _plan(self, case: Case, fellows: Sequence[Verdict]) -> None:
         """The candidates that apply to this variant, documented (known-issue) ones first, then by cost."""
-        named = named_by_known_issues(case.original, self.runner.fingerprint_cache)
+        named = named_by_known_issues(case.original, fellows, self.runner.fingerprint_cache)
         base_env = {**os.environ, **self.runner.opts.env}
         for cid in sorted(set(named) - set(self.candidates)):
             self.runner.note(f"known issue {', '.join(named[cid])} names unknown workaround candidate '{cid}'")
@@ -313,7 +412,9 @@ class Doctor:
 
     def _try(self, case: Case, candidate: Candidate) -> None:
         tally = case.tried.setdefault(candidate.id, Tally())
-        needed = required_passes(case.baseline.passes, case.baseline.runs)
+        if tally.runs > tally.passes:  # judged already (a widened fix that did not fix this one)
+            return
+        needed = case.required()
         while tally.runs < needed:
             verdict = self._attempt(case, candidate.target(case.variant), dict(candidate.env),
                                     f"{case.variant.id} + {candidate.id}", tally)
@@ -329,6 +430,7 @@ class Doctor:
         left = self.deadline - time.monotonic()
         if left < case.longest + self.overhead[fresh]:
             tally.stopped = "budget"
+            self.out_of_budget = True
             return None
         full = self.runner.opts.timeout or variant.spec.timeout
         timeout = min(full, left)

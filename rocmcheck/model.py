@@ -236,6 +236,8 @@ class Verdict:
     known_issues: List[Dict[str, Any]] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)  # variables set for this variant only
     device: Dict[str, Any] = field(default_factory=dict)  # the GPU it ran on: name, index, PCI address, UUID
+    # entries that match this verdict but whose scope the run's other verdicts rule out: id, title, why
+    unfit_issues: List[Dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)

@@ -215,7 +215,7 @@ def failure_text(verdict: "Verdict", baseline: Optional[str], has_baseline: bool
               if ev.get(key)]
     if verdict.measurements:
         lines.append("measurements: " + ", ".join(f"{k}={v}" for k, v in verdict.measurements.items()))
-    lines += known_issue_lines(verdict.known_issues)
+    lines += known_issue_lines(verdict.known_issues, verdict.unfit_issues)
     for key in EVIDENCE_TAILS:
         if ev.get(key):
             lines += ["", f"--- {key} ---", str(ev[key]).rstrip()]
@@ -390,8 +390,12 @@ class MatrixPlugin:
         if self.report is None:
             self.report, self.files = report, files
             return
+        from .knowledge import known_issues
+
         mine, theirs = self.report.run, report.run
-        merged = replace(self.report, verdicts=self.report.verdicts + report.verdicts)
+        # a known issue's scope is judged again over the whole run: its control may have run on another worker
+        merged = replace(self.report, verdicts=known_issues.judged(self.report.verdicts + report.verdicts,
+                                                                   self.report.fingerprint))
         merged.run = replace(mine, counts=merged.counts(), partial=mine.partial or theirs.partial,
                              interrupted=mine.interrupted or theirs.interrupted,
                              unwritten={**mine.unwritten, **theirs.unwritten},
@@ -430,8 +434,8 @@ class MatrixPlugin:
         lines = terminal_matrix(report).splitlines()
         lines += [f"note: {note}" for note in report.run.notes]
         for v in report.verdicts:
-            if v.known_issues:
-                lines += [f"{v.status.value.upper()} {v.variant}:", *known_issue_lines(v.known_issues)]
+            if v.known_issues or v.unfit_issues:
+                lines += [f"{v.status.value.upper()} {v.variant}:", *known_issue_lines(v.known_issues, v.unfit_issues)]
         if self.baseline is not None:
             from .outputs.diff import compare
 

@@ -21,10 +21,10 @@ SCHEMA_MAJOR = 1
 
 # The types every reader (matrix, diff, report, doctor, the plugin's baseline) relies on.
 VERDICT_TYPES = {"probe": str, "params": dict, "message": str, "duration_s": (int, float), "measurements": dict,
-                 "evidence": dict, "known_issues": list, "env": dict, "device": dict}
+                 "evidence": dict, "known_issues": list, "env": dict, "device": dict, "unfit_issues": list}
 EVIDENCE_TYPES = {**{key: str for key in ("stack", "traceback", "output_tail", "signal", "exit")},
                   "signatures": list, "faults_injected": list}
-ISSUE_TYPES = {"id": str, "links": list, "title": str, "workaround": str}
+ISSUE_TYPES = {"id": str, "links": list, "title": str, "workaround": str, "why": str}
 RUN_TYPES = {"id": str, "command": str, "argv": list, "started": (int, float), "device": str, "profile": str,
              "isolation": str, "isolation_requested": str, "inject": str, "env": dict, "notes": list,
              "finished": (int, float), "partial": bool, "interrupted": str, "counts": dict, "unwritten": dict}
@@ -48,7 +48,8 @@ def verdict_from(record: Any) -> Optional[Verdict]:
         return None
     data = _typed(record, VERDICT_TYPES)
     data["evidence"] = _typed(data.get("evidence", {}), EVIDENCE_TYPES)
-    data["known_issues"] = [_typed(i, ISSUE_TYPES) for i in data.get("known_issues", []) if isinstance(i, dict)]
+    for key in ("known_issues", "unfit_issues"):
+        data[key] = [_typed(i, ISSUE_TYPES) for i in data.get(key, []) if isinstance(i, dict)]
     data.setdefault("probe", "")  # reports from before probe ids were recorded: readers derive it from the variant
     return Verdict.from_dict(data)
 

@@ -53,6 +53,16 @@ def doc_slow(ctx, mode):
     raise AssertionError("slow and broken")
 '''
 
+SHARED = '''
+import rocmcheck
+
+
+@rocmcheck.probe("doc-shared", title="one fault every method shares, and one of its own", targets="doctor's tests",
+                 timeout=30, variants={"method": ["a", "b", "c", "odd"], "fix": ["none", "nothing", "shared", "odd"]})
+def doc_shared(ctx, method, fix):
+    assert fix == ("odd" if method == "odd" else "shared"), f"{method} broken"
+'''
+
 CANDIDATES = [
     {"id": "crash-one", "kind": "env", "env": {"DOC_CRASH": "1"}, "probes": ["doc-env"], "cost": 1},
     {"id": "hang-one", "kind": "params", "params": {"mode": "hang"}, "probes": ["doc-env"], "cost": 2,
@@ -62,6 +72,12 @@ CANDIDATES = [
     {"id": "no-such-param", "kind": "params", "params": {"speed": "fast"}, "probes": ["doc-*"], "snippet": ["x"]},
     {"id": "flaky-two", "kind": "params", "params": {"mode": "two"}, "probes": ["doc-flaky", "doc-slow"],
      "snippet": ["two()"]},
+    {"id": "fix-nothing", "kind": "params", "params": {"fix": "nothing"}, "probes": ["doc-shared"], "cost": 1,
+     "snippet": ["nothing()"]},
+    {"id": "fix-shared", "kind": "params", "params": {"fix": "shared"}, "probes": ["doc-shared"], "cost": 2,
+     "snippet": ["shared()"]},
+    {"id": "fix-odd", "kind": "params", "params": {"fix": "odd"}, "probes": ["doc-shared"], "cost": 3,
+     "snippet": ["odd()"]},
 ]
 
 
@@ -71,6 +87,7 @@ def fakes(tmp_path, monkeypatch):
     probes = tmp_path / "probes"
     probes.mkdir()
     (probes / "doc_fakes.py").write_text(FAKES)
+    (probes / "doc_shared.py").write_text(SHARED)
     workarounds = tmp_path / "workarounds.json"
     workarounds.write_text(json.dumps({"schema": doctor.SCHEMA, "candidates": CANDIDATES}))
     monkeypatch.setenv("DOC_COUNTER", str(tmp_path / "counter"))
@@ -176,6 +193,40 @@ def test_flaky_variant_from_a_saved_run_gets_its_pass_rate_and_no_false_fix(fake
     assert rows(result)["flaky-two"]["outcome"] == "no-fix" and result["fixes"] == []
     assert [v["variant"] for v in report["verdicts"]] == ["doc-flaky[one]"]  # this session's first re-run
     assert "flaky: passes 2/3 re-runs as it is; a fix must pass 8 in a row" in text
+
+
+@pytest.mark.children
+def test_a_fault_the_variants_share_is_measured_and_fixed_on_one_and_the_fix_widened(fakes, tmp_path, capsys):
+    """Issue 31 item 11: one representative per probe is re-run as it is and gets every candidate;
+    only what fixed it is tried on the others; a variant that fix does not fix is diagnosed on its own."""
+    out = tmp_path / "d.json"
+    code = main(["doctor", *fakes, "--probe", "doc-shared", "-k", "none", "--repeats", "2", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    results = {r["variant"]: r for r in load_report(out).sections["doctor"]}
+    rep, odd = results["doc-shared[a-none]"], results["doc-shared[odd-none]"]
+    # determinism: the representative twice, the variant the shared fix left failing twice; b and c never
+    assert rep["baseline"] == ["fail", "fail"] and rep["baseline_from"] == "" and rep["state"] == "fails"
+    assert {c["id"]: c["outcome"] for c in rep["candidates"]} == {"fix-nothing": "no-fix", "fix-shared": "fix",
+                                                                 "fix-odd": "no-fix"}
+    for member in ("doc-shared[b-none]", "doc-shared[c-none]"):
+        result = results[member]
+        assert result["baseline"] == [] and result["baseline_from"] == "doc-shared[a-none]", member
+        assert result["state"] == "fails" and result["required_passes"] == 2 and result["fixes"] == ["fix-shared"]
+        rows_ = rows(result)
+        assert rows_["fix-shared"]["statuses"] == ["pass", "pass"]
+        assert (rows_["fix-nothing"]["outcome"], rows_["fix-nothing"]["runs"]) == ("not-tried", 0)
+        assert rows_["fix-nothing"]["why"] == "no fix on doc-shared[a-none]"
+        assert (rows_["fix-odd"]["outcome"], rows_["fix-odd"]["runs"]) == ("not-tried", 0)
+    # odd is not fixed by the shared fix: it gets its own baseline and the candidates not yet tried on it
+    assert odd["baseline"] == ["fail", "fail"] and odd["baseline_from"] == "" and odd["fixes"] == ["fix-odd"]
+    assert {c["id"]: (c["outcome"], c["runs"]) for c in odd["candidates"]} == {
+        "fix-nothing": ("no-fix", 1), "fix-shared": ("no-fix", 1), "fix-odd": ("fix", 2)}
+    assert text.count(" as it is (run ") == 4  # was 8: each of the four variants twice
+    # baselines (a, odd), a's three candidates, the fix on b, c and odd, odd's two left: 16 runs (were 24)
+    assert text.count("  doctor ") == 4 + (1 + 2 + 1) + (2 + 2 + 1) + (1 + 2)
+    assert "doc-shared[a-none] failed 2/2 as it is: its fixes are tried on 3 more variant(s)" in text
+    assert "not tried  fix-nothing" in text and "no fix on doc-shared[a-none]" in text
 
 
 @pytest.mark.children

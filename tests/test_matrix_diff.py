@@ -121,6 +121,7 @@ def test_matrix_groups_identical_fingerprints_and_the_worst_status_wins(tmp_path
     data = json.loads(js.read_text())
     assert [m["reports"] for m in data["machines"]] == [files[:2], files[2:]]
     assert data["rows"][0]["cells"][0] == {"status": "fail", "counts": {"pass": 1, "fail": 1}, "known_issues": [issue],
+                                           "unfit_issues": [],
                                            "details": [{"status": "fail", "message": "fail message", "evidence": {}}]}
     text = md.read_text()
     assert "| `copy[a]` " in text and "gfx1100<br>rocm 6.4.1<br>torch 2.9.0<br>Linux<br>(2 reports)" in text

@@ -76,13 +76,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             cases = [Case(v, old, old.duration_s) for v, old in failing]
             for case, verdict in zip(cases, runner.verdicts):
                 case.baseline.add(verdict)
+            fellows = source.verdicts
         else:
             by_id = {v.id: v for v in first}
             cases = [Case(by_id[v.variant], v, v.duration_s) for v in runner.verdicts if v.status.is_bad]
+            fellows = runner.verdicts
         if cases:
             print(f"\ndoctor: {len(cases)} variant(s) did not pass; re-running them (budget {args.budget:g}s)",
                   flush=True)
-        doctor.examine(cases)
+        doctor.examine(cases, fellows)
 
     print(f"rocmcheck doctor: {len(first)} variants, isolation {opts.isolation}, device {opts.device}", flush=True)
     report = runner.run(first, after=diagnose)

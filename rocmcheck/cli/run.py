@@ -76,5 +76,5 @@ def gate_screen(report: Report, code: int) -> str:
             lines.append(f"    fix: {ev['fix']}")
         if ev.get("stack"):
             lines.append("    stack: " + " | ".join(ev["stack"].strip().splitlines()[-3:]))
-        lines.extend("  " + line for line in known_issue_lines(v.known_issues))
+        lines.extend("  " + line for line in known_issue_lines(v.known_issues, v.unfit_issues))
     return "\n".join(lines)

@@ -353,8 +353,8 @@ class Runner:
         with self._lock:
             self._journal({"record": "started", "variant": variant.id, "device": device.name})
         verdict = self.run_variant(variant, device=device)
-        known_issues.annotate(verdict, self.fingerprint_cache)
-        with self._lock:
+        with self._lock:  # judged against the verdicts so far; `report` judges again against the whole run
+            (verdict,) = known_issues.judged([verdict], self.fingerprint_cache, [*self.verdicts, verdict])
             self.verdicts.append(verdict)
             self._journal({"record": "verdict", "verdict": verdict.to_dict()})
             self.on_verdict(verdict)
@@ -489,7 +489,9 @@ class Runner:
         for v in self.verdicts:
             counts[v.status.value] = counts.get(v.status.value, 0) + 1
         run = replace(self._run_info(), finished=time.time(), partial=partial, interrupted=interrupted, counts=counts)
-        return Report(run=run, verdicts=list(self.verdicts), fingerprint=self.fingerprint_cache, tool=self._tool(),
+        # a known issue's scope is judged against the whole run: a control may have run after the verdict
+        verdicts = known_issues.judged(self.verdicts, self.fingerprint_cache)
+        return Report(run=run, verdicts=verdicts, fingerprint=self.fingerprint_cache, tool=self._tool(),
                       sections=dict(self.sections))
 
 

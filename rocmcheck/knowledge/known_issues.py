@@ -15,6 +15,16 @@ non-contiguous-V issue. `match_log` holds the same entries against a user's log
 (`rocmcheck explain`): there an entry is found by its `signatures` (ids in
 data/signatures.json), its `message` is matched on the lines they were seen on, and a
 limit the log does not state leaves the match unconfirmed.
+
+`scope` says which pattern of failures across a run an entry explains, where its probe and
+variant alone would claim too much: `side-stream-copy-wrong` explains a side-stream copy that
+fails while the same pinned copy on the default stream passes; when every copy method fails,
+"copy on the default stream" would not help. Its `passing` lists parameter changes, each naming
+a control: the failing variant with those parameters, on the same device of the same run. An
+entry whose control failed too does not fit: the verdict gets it in `unfit_issues` (with why)
+instead of `known_issues`, and the outputs say that no known issue fits. A control that did not
+run contradicts nothing. `judged` is that judgement, the one every front-end uses (the runner at
+the end of a run, `report`, `matrix`, doctor), so none shows an entry its own scope rules out.
 """
 from __future__ import annotations
 
@@ -22,9 +32,10 @@ import fnmatch
 import json
 import os
 import re
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import UsageError
 from ..model import Status, Verdict
@@ -103,6 +114,17 @@ def _problem(entry: Dict[str, Any]) -> Optional[str]:
         re.compile(entry.get("message", ""))
     except re.error as exc:
         return f"'message' is not a valid regular expression ({exc})"
+    return _scope_problem(entry["scope"]) if "scope" in entry else None
+
+
+def _scope_problem(scope: Any) -> Optional[str]:
+    if not isinstance(scope, dict):
+        return "'scope' must be an object with 'explains' and 'passing'"
+    if not isinstance(scope.get("explains"), str) or not scope["explains"]:
+        return "'scope' needs 'explains': the pattern of failures the entry explains, in words"
+    passing = scope.get("passing")
+    if not isinstance(passing, list) or not passing or not all(isinstance(p, dict) and p for p in passing):
+        return "'scope' needs 'passing': a non-empty list of parameter changes, e.g. [{\"method\": \"pinned\"}]"
     return None
 
 
@@ -174,9 +196,53 @@ def _public(entry: Dict[str, Any]) -> Dict[str, Any]:
     return {k: entry[k] for k in ("id", "title", "workaround", "links") if k in entry}
 
 
-def match(verdict: Verdict, fingerprint: Dict[str, Any]) -> List[Dict[str, Any]]:
+def _probe(verdict: Verdict) -> str:
+    return verdict.probe or verdict.variant.split("[")[0]  # reports from before probe ids were recorded
+
+
+def _contradicted(entry: Dict[str, Any], verdict: Verdict, fellows: Sequence[Verdict]) -> List[str]:
+    """The controls of `entry`'s scope that failed beside `verdict` (same probe, same device)."""
+    gpu = verdict.device.get("name")
+    controls = [{**verdict.params, **change} for change in entry.get("scope", {}).get("passing", [])]
+    return [f.variant for f in fellows
+            if f.status.is_bad and f.params in controls and f.params != verdict.params
+            and _probe(f) == _probe(verdict) and f.device.get("name") == gpu]
+
+
+def judged(verdicts: Sequence[Verdict], fingerprint: Dict[str, Any],
+           fellows: Optional[Sequence[Verdict]] = None) -> List[Verdict]:
+    """`verdicts` with the known issues that fit each notable one, judged against `fellows` (the
+    run's verdicts; default `verdicts`): `known_issues` the entries that match and whose scope
+    fits, `unfit_issues` those whose scope a failed control rules out, with why. An issue
+    recorded by a data file not loaded here cannot be judged again and is kept."""
+    fellows = verdicts if fellows is None else fellows
     facts = _facts(fingerprint)
-    return [_public(e) for e in entries() if matches(e, verdict, facts)]
+    current = {e["id"] for e in entries()}
+    out = []
+    for verdict in verdicts:
+        if not verdict.status.is_notable:
+            out.append(verdict)
+            continue
+        kept = [i for i in verdict.known_issues if str(i.get("id")) not in current]
+        fits, unfit = [], []
+        probed = replace(verdict, probe=_probe(verdict))
+        for entry in entries():
+            if not matches(entry, probed, facts):
+                continue
+            failed = _contradicted(entry, verdict, fellows)
+            if failed:
+                unfit.append({"id": entry["id"], "title": entry.get("title", entry["id"]),
+                              "why": f"it explains {entry['scope']['explains']}, but {', '.join(failed)} "
+                                     f"failed too"})
+            else:
+                fits.append(_public(entry))
+        out.append(replace(verdict, known_issues=[*kept, *fits], unfit_issues=unfit))
+    return out
+
+
+def match(verdict: Verdict, fingerprint: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The known issues of `verdict` judged on its own: no other verdict to rule a scope out."""
+    return judged([verdict], fingerprint)[0].known_issues
 
 
 def match_log(found: Dict[str, List[str]], facts: Dict[str, Any],
@@ -208,9 +274,3 @@ def match_log(found: Dict[str, List[str]], facts: Dict[str, Any],
 def _confirm(entry: Dict[str, Any]) -> List[str]:
     """The probes that would confirm an entry on this machine: its own, unless it is any probe."""
     return [] if entry["probe"] == "*" else [entry["probe"]]
-
-
-def annotate(verdict: Verdict, fingerprint: Dict[str, Any]) -> None:
-    """Attach matching known issues to a verdict that did not pass."""
-    if verdict.status.is_notable:
-        verdict.known_issues = match(verdict, fingerprint)

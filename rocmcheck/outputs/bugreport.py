@@ -25,12 +25,12 @@ from ..host.fingerprint import summary
 from ..jsonsafe import jsonsafe
 from ..knowledge import known_issues
 from ..knowledge.explain import explain
-from ..model import EVIDENCE_TAILS, Status, Verdict, is_bad, is_notable
+from ..model import EVIDENCE_TAILS, Status, is_bad, is_notable
 from ..records import Report
 from ..redact import REDACTED, Redactor
 from . import repro
 from .matrix import devices_tested, run_table
-from .render import counts_line, doctor_markdown, on_gpu, short
+from .render import counts_line, doctor_markdown, on_gpu, short, unfit_issue_lines
 from .storage import report_json, write_atomic
 
 GITHUB_BODY_LIMIT = 65536
@@ -77,16 +77,6 @@ NAMES_LISTED = 50  # variant names in one sentence before "and N more"
 DRIVER_FACTS = ("nvidia_driver", "amdgpu_driver", "hip_runtime", "miopen_runtime", "cudnn", "nccl", "hipblaslt")
 
 
-def _with_known_issues(verdict: Dict[str, Any], fingerprint: Dict[str, Any]) -> Dict[str, Any]:
-    """Issues recorded with the verdict plus any the current known-issue data adds."""
-    if not is_notable(verdict["status"]):
-        return verdict
-    current = Verdict(verdict.get("probe") or verdict["variant"].split("[")[0], verdict["variant"],
-                      Status(verdict["status"]), message=verdict.get("message", ""), evidence=verdict["evidence"])
-    merged = {str(i.get("id")): i for i in [*verdict["known_issues"], *known_issues.match(current, fingerprint)]}
-    return {**verdict, "known_issues": list(merged.values())}
-
-
 def _reproducers(report: Dict[str, Any], redactor: Redactor, stem: str, probes_paths: Iterable[str]) -> tuple:
     """(reproducers, {variant: why none}) for every failing verdict of `report` (already redacted)."""
     made: List[repro.Reproducer] = []
@@ -118,10 +108,11 @@ def build(report: Report, anonymize: bool = False, stem: str = "rocmcheck-report
     reproducers need the probes' sources (built-in, or from `probes_paths`). `log`: (name, text)
     of the user's own log, whose recognised excerpt (`rocmcheck explain`) goes in too."""
     dropped = len(report.malformed)  # records of the source that were no verdict
+    # the issues recorded with each verdict, judged again by the current data over the whole run
+    report = replace(report, verdicts=known_issues.judged(report.verdicts, report.fingerprint))
     data = jsonsafe(report.to_dict())  # also bounds the nesting depth of a foreign report
-    fingerprint = data["fingerprint"]
     run = {**data["run"], "counts": report.counts()}
-    attached = {**data, "run": run, "verdicts": [_with_known_issues(v, fingerprint) for v in data["verdicts"]]}
+    attached = {**data, "run": run}
     redactor = Redactor(anonymize)
     already = json.dumps(attached).count(REDACTED)  # a fresh run is redacted as it is recorded
     if log is not None:
@@ -312,8 +303,9 @@ def _verdict_section(v: Dict[str, Any], script: Optional[repro.Reproducer], show
              ("parameters", _pairs(v.get("params"))), ("variant environment", _pairs(v.get("env"))),
              ("measurements", _pairs(v.get("measurements"))), ("duration", f"{v.get('duration_s', 0)} s")]
     out += [f"- {k}: {short(_cell(val), 400)}" for k, val in facts if val]
-    out += [f"- known issue: {issue.get('title', issue.get('id'))} (`{issue.get('id')}`)"
-            for issue in v.get("known_issues") or []]
+    issues = v.get("known_issues") or []
+    out += [f"- known issue: {issue.get('title', issue.get('id'))} (`{issue.get('id')}`)" for issue in issues]
+    out += unfit_issue_lines(v.get("unfit_issues") or [], bool(issues))
     for key in EVIDENCE_TAILS:
         if ev.get(key):
             tail = _tail(str(ev[key]), evidence_chars)

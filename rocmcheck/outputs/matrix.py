@@ -80,16 +80,6 @@ def variant_order(verdicts: Iterable[Verdict]) -> List[Tuple[str, str]]:
     return sorted(probes.items(), key=lambda item: first_seen[_probe_of(*item)])  # stable: variants keep order
 
 
-def _issues(verdict: Verdict, fingerprint: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """Known issues stored with the verdict, plus any the current data files add."""
-    found = {i.get("id"): i for i in verdict.known_issues}
-    if verdict.status.is_notable:
-        current = replace(verdict, probe=verdict.probe or verdict.variant.split("[")[0])
-        for issue in known_issues.match(current, fingerprint):
-            found.setdefault(issue["id"], issue)
-    return list(found.values())
-
-
 def _detail(verdict: Verdict) -> Dict[str, Any]:
     """What a reader of a bad cell needs: the message and the evidence's short fields and tails."""
     ev = verdict.evidence
@@ -98,13 +88,15 @@ def _detail(verdict: Verdict) -> Dict[str, Any]:
     return {"status": verdict.status.value, "message": verdict.message, "evidence": evidence}
 
 
-def _cell(verdicts: Optional[List[Verdict]], fingerprint: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def _cell(verdicts: Optional[List[Verdict]]) -> Optional[Dict[str, Any]]:
+    """One machine's verdicts of one variant (their known issues judged per run by `build`)."""
     if not verdicts:
         return None
     counts = count_statuses(v.status.value for v in verdicts)
-    issues = {i.get("id"): i for v in verdicts for i in _issues(v, fingerprint)}
+    issues = {i.get("id"): i for v in verdicts for i in v.known_issues}
+    unfit = {i.get("id"): i for v in verdicts for i in v.unfit_issues if i.get("id") not in issues}
     return {"status": Status.worst(counts).value, "counts": counts, "known_issues": list(issues.values()),
-            "details": [_detail(v) for v in verdicts if v.status.is_notable]}
+            "unfit_issues": list(unfit.values()), "details": [_detail(v) for v in verdicts if v.status.is_notable]}
 
 
 def _badness(columns: List[Column]) -> Tuple[int, ...]:
@@ -143,6 +135,8 @@ def build(loaded: List[Tuple[str, Report]]) -> Dict[str, Any]:
     columns: Dict[str, Column] = {}
     for name, report in runs:
         statuses(report, name)  # rejects malformed verdicts with a one-line error
+        # the issues stored with each verdict, judged again by the current data over its own run
+        report = replace(report, verdicts=known_issues.judged(report.verdicts, report.fingerprint))
         machine = summary(report.fingerprint)
         for gpu, verdicts in device_columns(report).items():
             label = f"{machine} / {gpu}" if gpu else machine
@@ -153,7 +147,7 @@ def build(loaded: List[Tuple[str, Report]]) -> Dict[str, Any]:
                 column.verdicts.setdefault(verdict.variant, []).append(verdict)
     ordered = _column_order(columns.values())
     rows = [{"variant": variant, "probe": probe,
-             "cells": [_cell(c.verdicts.get(variant), c.fingerprint) for c in ordered]}
+             "cells": [_cell(c.verdicts.get(variant)) for c in ordered]}
             for variant, probe in variant_order(v for _, report in runs for v in report.verdicts)]
     counts = {"variants": len(rows), "machines": len({machine_identity(r.fingerprint) for _, r in runs}),
               "reports": len(runs)}
@@ -192,9 +186,9 @@ def _issue_lines(matrix: Dict[str, Any], bullet: str) -> List[str]:
     lines = []
     for row in matrix["rows"]:
         for machine, cell in zip(matrix["machines"], row["cells"]):
-            if cell and cell["known_issues"]:
+            if cell and (cell["known_issues"] or cell["unfit_issues"]):
                 lines.append(f"{bullet}{row['variant']} on {machine['label']}:")
-                lines += ["  " + line for line in known_issue_lines(cell["known_issues"])]
+                lines += ["  " + line for line in known_issue_lines(cell["known_issues"], cell["unfit_issues"])]
     return lines
 
 
@@ -239,7 +233,7 @@ def run_table(report: Report, markdown: bool = False, variants: Optional[Iterabl
     for variant, _ in variant_order(report.verdicts):
         if chosen is not None and variant not in chosen:
             continue
-        cells = [_cell(found.get(variant), report.fingerprint) for found in by_column]
+        cells = [_cell(found.get(variant)) for found in by_column]
         marked = marked or any(cell and cell["known_issues"] for cell in cells)
         texts = [f"**{cell_text(c)}**" if markdown and c and is_bad(c["status"]) else cell_text(c) for c in cells]
         verdicts = [v for found in by_column for v in found.get(variant, [])]

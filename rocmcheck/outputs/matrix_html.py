@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from ..model import is_bad, is_notable
 from .matrix import GROUPING, cell_text, counts_line
+from .render import unfit_issue_lines
 
 COLOURS = {"pass": "#c8efc8", "skip": "#e4e4e4", "warn": "#ffe9a8", "fail": "#ffb3b3", "error": "#ffc48a",
            "crash": "#e08cd8", "hang": "#b9a6ff"}
@@ -49,6 +50,7 @@ def _details(cell: Dict[str, Any]) -> str:
         if issue.get("workaround"):
             out.append(f"workaround: {escape(str(issue['workaround']))}")
         out += [f'<a href="{escape(str(link))}">{escape(str(link))}</a>' for link in issue.get("links") or []]
+    out += [escape(line.strip()) for line in unfit_issue_lines(cell["unfit_issues"], bool(cell["known_issues"]))]
     return "\n".join(out)
 
 

@@ -82,15 +82,24 @@ def md_escape(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def known_issue_lines(issues: Iterable[Mapping[str, Any]]) -> List[str]:
-    """A verdict's (or a matrix cell's) known issues: title, workaround, links."""
+def unfit_issue_lines(unfit: Iterable[Mapping[str, Any]], others_fit: bool) -> List[str]:
+    """The known issues that match a failure but whose scope the run rules out (`unfit_issues`,
+    from `known_issues.judged`), each with why; "none fits" first when no other one does, so the
+    reader is not left with an entry whose advice would not help, nor to guess why none is shown."""
+    lines = [f"  {u.get('id')} does not: {u.get('why')}" for u in unfit]
+    return ["- known issue: none fits this failure", *lines] if lines and not others_fit else lines
+
+
+def known_issue_lines(issues: Iterable[Mapping[str, Any]], unfit: Iterable[Mapping[str, Any]] = ()) -> List[str]:
+    """A verdict's (or a matrix cell's) known issues: title, workaround, links; then the unfit ones."""
+    issues = list(issues)
     lines = []
     for issue in issues:
         lines.append(f"- known issue: {issue.get('title', issue.get('id'))}")
         if issue.get("workaround"):
             lines.append(f"  workaround: {issue['workaround']}")
         lines.extend(f"  {link}" for link in issue.get("links", []))
-    return lines
+    return lines + unfit_issue_lines(unfit, bool(issues))
 
 
 # --- doctor's results (`rocmcheck.doctor`'s `Case.to_dict` shape) ---------------------------
@@ -101,10 +110,13 @@ DOCTOR_STATE_TEXT = {
     "unmeasured": "not measured: the budget ran out ({rate} re-runs)",
     "skipped": "does not run here (skipped): nothing to diagnose"}
 DOCTOR_OUTCOME_TEXT = {"fix": "FIX", "no-fix": "no fix", "crash": "crashed", "hang": "hung", "skip": "n/a here",
-                       "cut": "cut", "untried": "untried"}
+                       "cut": "cut", "untried": "untried", "not-tried": "not tried"}
 
 
 def _state_line(result: Mapping[str, Any]) -> str:
+    if result.get("baseline_from"):  # a representative's deterministic failure stands for this one's
+        return (f"fails like {result['baseline_from']}, which failed every re-run as it is (not re-run itself); "
+                f"a fix must pass {result.get('required_passes')} in a row")
     line = DOCTOR_STATE_TEXT.get(str(result.get("state")), "{rate}").format(rate=result.get("pass_rate", "?"))
     if result.get("state") == "flaky":
         line += f"; a fix must pass {result.get('required_passes')} in a row"
@@ -116,6 +128,8 @@ def _candidate_note(row: Mapping[str, Any]) -> str:
         return "not tried: the budget ran out"
     if row.get("outcome") == "cut":
         return "stopped by the budget before enough runs"
+    if row.get("outcome") == "not-tried":
+        return str(row.get("why", ""))
     return row.get("message") or row.get("title", "")
 
 

@@ -29,7 +29,7 @@ def markdown_report(report: Report) -> str:
         if not v.status.is_notable:
             continue
         out += ["", f"## {v.status.value.upper()} `{v.variant}`{on_gpu(v.device)}", "", short(v.message, 400)]
-        out += known_issue_lines(v.known_issues)
+        out += known_issue_lines(v.known_issues, v.unfit_issues)
         for key in EVIDENCE_TAILS:
             if v.evidence.get(key):
                 out += ["", f"<details><summary>{key}</summary>", "", "```", v.evidence[key].strip()[-3000:], "```",
