@@ -61,6 +61,7 @@ from .model import DeviceInfo, RunsIn, Status, Variant, Verdict
 from .outputs.render import DOCTOR_OUTCOME_TEXT
 from .outputs.storage import parse_json, read_text
 from .records import Report
+from .wording import counted
 
 if TYPE_CHECKING:
     from .engine.runner import Runner
@@ -365,7 +366,8 @@ class Doctor:
         standing = [c for c in others if c.like is rep]
         if standing:
             self.say(f"  doctor: {rep.variant.id} failed {rep.baseline.runs}/{rep.baseline.runs} as it is: its fixes "
-                     f"are tried on {len(standing)} more variant(s) of {rep.variant.spec.id}, not re-run as they are")
+                     f"are tried on {counted(len(standing), 'more variant')} of {rep.variant.spec.id}, "
+                     "not re-run as they are")
         self._publish()
 
     def _widen(self, group: List[Case]) -> None:

@@ -28,6 +28,8 @@ import socket
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
+from .wording import counted
+
 # Environment variables a GPU report needs (by prefix) ...
 ENV_PREFIXES = ("HSA_", "HIP_", "ROCR_", "ROCM_", "AMD_", "MIOPEN_", "PYTORCH_", "TORCH_", "CUDA_", "NCCL_",
                 "RCCL_", "HIPBLASLT_", "ROCBLAS_", "TENSILE_", "GPU_", "OMP_", "MKL_", "NVIDIA_", "CUBLAS_")
@@ -387,13 +389,13 @@ class Redactor:
         """One sentence for the report: how many values of which kind, never the values;
         `already`: how many the run itself had redacted when it recorded them."""
         secret = {k: n for k, n in self.counts().items() if k not in ANON_REPLACEMENTS}
-        parts = [f"{n} {kind}" for kind, n in secret.items()]  # "kind: n" would read as a secret key's value
-        text = f"Redacted {sum(secret.values())} value(s): {', '.join(parts)}." if parts else \
+        parts = [counted(n, kind) for kind, n in secret.items()]  # "kind: n" would read as a secret key's value
+        text = f"Redacted {counted(sum(secret.values()), 'value')}: {', '.join(parts)}." if parts else \
             "No secret matched the redaction rules."
         if already:
             text += f" {already} more had been redacted as the run recorded them."
         if self.omitted_env:
-            text += f" {len(self.omitted_env)} environment variable(s) outside the GPU allow-list left out."
+            text += f" {counted(len(self.omitted_env), 'environment variable')} outside the GPU allow-list left out."
         if self.anonymize:
             anon = [kind for kind in ANON_REPLACEMENTS if kind in self.found]
             text += f" Anonymized: {', '.join(anon) or 'nothing found to replace'}."

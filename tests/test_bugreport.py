@@ -61,7 +61,7 @@ def test_from_a_saved_run_failing_first_with_evidence_known_issues_matrix_doctor
     md, twin, scripts = _files(out)
     for gone in (HF, "tok-in-old-argv", "/home/alice", "10.20.30.40", "hip-key-value"):
         assert gone not in md and gone not in twin
-    assert "Redacted 2 value(s): 1 secret option, 1 secret-named variable." in md and "`HIP_API_KEY=[REDACTED]`" in md
+    assert "Redacted 2 values: 1 secret option, 1 secret-named variable." in md and "`HIP_API_KEY=[REDACTED]`" in md
     assert "ROCR_VISIBLE_DEVICES" in md and "gfx1100" in md and "Radeon RX 7900 XTX" in md
     # failing verdicts first, worst first (hang before crash: rocmcheck.model.Status), then warnings,
     # known issues, the matrix, the doctor
@@ -72,7 +72,7 @@ def test_from_a_saved_run_failing_first_with_evidence_known_issues_matrix_doctor
     assert "line 40 in backward" in md  # the hung child's stack
     assert "memory-access-fault-nil" in md and "https://github.com/ROCm/legacy-rocm-build/issues/5238" in md
     assert "sudo usermod -aG render" in md and "**fix**" in md
-    assert "1 malformed verdict record(s)" in md
+    assert "1 malformed verdict record in the source was left out" in md
     assert "Anonymized: home directory, IP address" in md
     assert {p.name for p in scripts} == {"attach-repro-device-smoke.py", "attach-repro-attention-model-math.py"}
     assert "'device': 'cuda:0'" in scripts[1].read_text()  # the recorded device, not this machine's

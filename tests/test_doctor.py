@@ -126,7 +126,7 @@ def test_copy_zeros_and_matmul_nan_each_fixed_by_exactly_their_workaround(tmp_pa
     assert gemm["snippet"] == "export TORCH_BLAS_PREFER_HIPBLASLT=0"
     # the report's verdicts are the gate-like first run; doctor's attempts do not add verdicts
     assert sorted(v["variant"] for v in report["verdicts"]) == ["device-smoke", "gemm[fp32-default]"]
-    assert "paste this (hsa-sdma-off):" in text and "2 of 2 failing variant(s) have a workaround" in text
+    assert "paste this (hsa-sdma-off):" in text and "2 of 2 failing variants have a workaround" in text
     # `rocmcheck report` renders the section: table, outcome, snippet
     md_path = tmp_path / "attach.md"
     assert main(["report", "--from", str(out), "-o", str(md_path)]) == 0
@@ -225,7 +225,7 @@ def test_a_fault_the_variants_share_is_measured_and_fixed_on_one_and_the_fix_wid
     assert text.count(" as it is (run ") == 4  # was 8: each of the four variants twice
     # baselines (a, odd), a's three candidates, the fix on b, c and odd, odd's two left: 16 runs (were 24)
     assert text.count("  doctor ") == 4 + (1 + 2 + 1) + (2 + 2 + 1) + (1 + 2)
-    assert "doc-shared[a-none] failed 2/2 as it is: its fixes are tried on 3 more variant(s)" in text
+    assert "doc-shared[a-none] failed 2/2 as it is: its fixes are tried on 3 more variants" in text
     assert "not tried  fix-nothing" in text and "no fix on doc-shared[a-none]" in text
 
 

@@ -67,7 +67,7 @@ def test_environment_allow_list_and_deny_list_inside_it():
     assert kept == {"HIP_VISIBLE_DEVICES": "0,1", "HSA_OVERRIDE_GFX_VERSION": "11.0.0",
                     "PYTORCH_HIP_ALLOC_CONF": "expandable_segments:True", "HSA_AUTH_SESSION": REDACTED}
     assert redactor.counts() == {"secret-named variable": 1}
-    assert "3 environment variable(s) outside the GPU allow-list left out" in redactor.summary()
+    assert "3 environment variables outside the GPU allow-list left out" in redactor.summary()
     assert not gpu_env_name("CUDA_API_KEY") and gpu_env_name("CUDA_VISIBLE_DEVICES")
 
 

@@ -37,6 +37,16 @@ def test_counts_take_their_number(capsys) -> None:
     assert capsys.readouterr().out.rstrip().splitlines()[-1] == "1 variant of 1 probe"
 
 
+def test_no_count_hedges_with_a_parenthesised_plural() -> None:
+    """"3 value(s)" reads as a form, not a sentence: every count in the package goes through `counted`."""
+    hedged = re.compile(r"\w\(s\)")
+    package = ROOT / "rocmcheck"
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in package.rglob("*.py")
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if hedged.search(line) and ('f"' in line or "f'" in line)]
+    assert not found, found
+
+
 def test_the_fault_catalogue_fits_a_terminal(capsys) -> None:
     assert main(["list", "--faults"]) == 0
     lines = capsys.readouterr().out.splitlines()

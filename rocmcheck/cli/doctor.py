@@ -13,6 +13,7 @@ from ..errors import UsageError
 from ..model import ExitCode
 from ..outputs.formats import offered
 from ..outputs.render import doctor_text
+from ..wording import counted
 from .common import add_run_options, files_line, live, note, run_options
 
 
@@ -82,7 +83,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             cases = [Case(by_id[v.variant], v, v.duration_s) for v in runner.verdicts if v.status.is_bad]
             fellows = runner.verdicts
         if cases:
-            print(f"\ndoctor: {len(cases)} variant(s) did not pass; re-running them (budget {args.budget:g}s)",
+            print(f"\ndoctor: {counted(len(cases), 'variant')} did not pass; re-running them (budget {args.budget:g}s)",
                   flush=True)
         doctor.examine(cases, fellows)
 

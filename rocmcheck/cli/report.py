@@ -109,7 +109,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     bug = build(report, anonymize=args.anonymize, stem=md_path.stem,
                 source=str(args.from_path) if args.from_path else "", probes_paths=args.probes_path, log=log)
     paths = write(bug, md_path)
-    extra = f" and {len(bug.reproducers)} reproducer(s)" if bug.reproducers else ""
+    extra = f" and {counted(len(bug.reproducers), 'reproducer')}" if bug.reproducers else ""
     print(f"wrote {paths[0]} ({len(bug.markdown):,} characters), {paths[1]}{extra}")
     for path in paths[2:]:
         print(f"  {path}")

@@ -28,6 +28,7 @@ from ..knowledge.explain import explain
 from ..model import EVIDENCE_TAILS, Status, is_bad, is_notable
 from ..records import Report
 from ..redact import REDACTED, Redactor
+from ..wording import counted
 from . import repro
 from .matrix import devices_tested, run_table
 from .render import counts_line, doctor_markdown, on_gpu, short, unfit_issue_lines
@@ -119,7 +120,8 @@ def build(report: Report, anonymize: bool = False, stem: str = "rocmcheck-report
         attached["log"] = {"source": log[0], **explain(log[1], None, redactor)}
     clean = redactor.data(attached)
     scripts, no_repro = _reproducers(clean, redactor, stem, probes_paths)
-    notes = [f"{dropped} malformed verdict record(s) in the source were left out."] if dropped else []
+    notes = [f"{counted(dropped, 'malformed verdict record')} in the source {'was' if dropped == 1 else 'were'} "
+             "left out."] if dropped else []
     context = {"redaction": redactor.summary(already), "twin": f"{stem}.json", "source": redactor.text(source),
                "notes": notes}
     markdown, cuts = _fit(clean, scripts, no_repro, context, redactor)
@@ -236,15 +238,19 @@ def _summary_paragraph(report: Dict[str, Any], bad: List[Dict[str, Any]], contex
     run = report.get("run") or {}
     when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(run["started"])) + " UTC" \
         if isinstance(run.get("started"), (int, float)) else "an unknown time"
-    text = (f"rocmcheck {(report.get('tool') or {}).get('version', '?')} ran {len(report['verdicts'])} probe "
-            f"variant(s) on **{summary(report['fingerprint'])}** ({_devices(report)}, profile "
+    variants = len({v["variant"] for v in report["verdicts"]})
+    across = f" ({counted(len(report['verdicts']), 'verdict')} across its devices)" \
+        if variants != len(report["verdicts"]) else ""
+    text = (f"rocmcheck {(report.get('tool') or {}).get('version', '?')} ran {counted(variants, 'probe variant')}"
+            f"{across} on **{summary(report['fingerprint'])}** ({_devices(report)}, profile "
             f"{run.get('profile', '?')}, isolation {run.get('isolation', '?')}, run `{run.get('id', '?')}`, {when}): "
             f"{counts_line(Report.from_dict(report))}.")
     if bad:
         listed = ", ".join(_named(v) for v in bad[:5])
         text += f" Not passing: {listed}{' and more' if len(bad) > 5 else ''}."
         matched = {str(i.get("id")) for v in bad for i in v["known_issues"]}
-        text += f" {len(matched)} known issue(s) match." if matched else " No known issue matches."
+        text += f" {counted(len(matched), 'known issue')} {'matches' if len(matched) == 1 else 'match'}." \
+            if matched else " No known issue matches."
     else:
         text += " Every variant passed or was skipped."
     if run.get("inject"):

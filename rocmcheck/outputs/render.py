@@ -11,6 +11,7 @@ from tabulate import tabulate
 
 from ..model import STATUS_ORDER, Verdict
 from ..records import Report
+from ..wording import counted
 
 MESSAGE_WIDTH = 90
 
@@ -150,7 +151,8 @@ def doctor_text(results: List[Dict[str, Any]]) -> str:
         if r["snippet"]:
             out += [f"  paste this ({r['fixes'][0]}):", *("    " + line for line in r["snippet"].splitlines())]
     fixed = sum(1 for r in results if r["fixes"])
-    out += ["", f"doctor: {fixed} of {len(results)} failing variant(s) have a workaround"]
+    have = "has" if fixed == 1 else "have"
+    out += ["", f"doctor: {fixed} of {counted(len(results), 'failing variant')} {have} a workaround"]
     if any(r["untried"] or r["state"] == "unmeasured" for r in results):
         out.append("doctor: some candidates were not tried for lack of budget: raise --budget, or lower --timeout "
                    "(a hanging run costs its whole timeout)")
