@@ -155,3 +155,28 @@ def test_the_matrix_column_order_does_not_depend_on_the_order_of_the_files(tmp_p
     capsys.readouterr()
     labels = [m["label"].split(" / ")[-1] for m in json.loads((tmp_path / "m.json").read_text())["machines"]]
     assert labels == ["simgpu:0 (simgpu, 0000:10:00.0)", GPU1, "Linux"]
+
+
+def test_runs_of_one_host_on_its_gpus_and_on_its_cpu_are_one_machine(tmp_path, capsys):
+    """The hashed machine ID names the host: its simulated-GPU runs and its CPU run are one machine,
+    another host with the same kind of node is another."""
+    def on(host_id: Optional[str], data: dict) -> dict:
+        data["fingerprint"]["host"]["host_id"] = host_id
+        return data
+
+    here = "0123456789abcdef"
+    runs = [on(here, two_gpu_report("g1")), on(here, two_gpu_report("g2")), on(here, cpu_report("c1")),
+            on("fedcba9876543210", two_gpu_report("other", host="b"))]
+    assert "2 variants, 2 machines, 4 reports;" in matrix_of(tmp_path, capsys, *runs)["out"]
+
+
+def test_the_host_id_is_the_machine_id_hashed_never_the_id_itself(tmp_path):
+    from rocmcheck.host.fingerprint import host_id
+
+    machine_id = "4c4c4544004a3510805ab3c04f4d3132"
+    (tmp_path / "machine-id").write_text(machine_id + "\n")
+    found = host_id((tmp_path / "missing", tmp_path / "machine-id"))
+    assert found and len(found) == 16 and found not in machine_id and machine_id not in found
+    assert found == host_id((tmp_path / "machine-id",))  # stable
+    (tmp_path / "bad").write_text("uninitialized\n")  # machine-id(5): a first boot's placeholder
+    assert host_id((tmp_path / "bad",)) is None and host_id((tmp_path / "missing",)) is None

@@ -9,6 +9,7 @@ guarded: a field that cannot be read is None, never an exception.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import platform
 import re
@@ -95,9 +96,28 @@ def cpu_flags(root: Optional[Path] = None) -> Optional[List[str]]:
     return sorted({f for f in line.split(":", 1)[1].split() if f.startswith(CPU_FLAG_PREFIXES)})
 
 
+MACHINE_ID_FILES = (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"))
+
+
+def host_id(files: Tuple[Path, ...] = MACHINE_ID_FILES) -> Optional[str]:
+    """An opaque, stable name for this host: the machine ID (machine-id(5)) hashed with a key of
+    our own, as systemd's sd_id128_get_machine_app_specific(3) advises, so reports tell machines
+    apart (`machine_identity`) without carrying the ID itself or the host name. None where no ID
+    is readable (some containers, Windows)."""
+    for path in files:
+        try:
+            raw = path.read_text().strip()
+        except OSError:
+            continue
+        if re.fullmatch(r"[0-9a-f]{32}", raw):
+            return hashlib.sha256(b"rocmcheck host id\0" + raw.encode()).hexdigest()[:16]
+    return None
+
+
 def host_facts() -> Dict[str, Any]:
     """Facts readable without torch or a GPU."""
     return {
+        "host_id": host_id(),
         "os": guarded(platform.platform),
         "system": platform.system(),
         "kernel": guarded(platform.release),
@@ -229,10 +249,13 @@ def summary(fingerprint: Dict[str, Any]) -> str:
 
 def machine_identity(fingerprint: Dict[str, Any]) -> str:
     """Which machine a report is from, as far as its fingerprint tells (a report names no host):
-    the UUIDs of the GPUs torch saw, one per board, so two nodes of one kind are two machines and
-    a run of one GPU, or of the CPU, on a GPU machine is that machine; without them (a host with
-    no GPU, a torch too old to read them) the machine's label (`summary`), so identical such
-    hosts count as one."""
+    its `host_id` (the hashed machine ID), so every run on one host is that host whatever it
+    tested (its GPUs, the CPU, simulated GPUs); in reports without one, the UUIDs of the GPUs
+    torch saw, one per board, so two nodes of one kind are two machines; without either (a torch
+    too old to read them) the machine's label (`summary`), so identical such hosts count as one."""
+    found = (fingerprint.get("host") or {}).get("host_id")
+    if isinstance(found, str) and found:
+        return "host " + found
     devices = (fingerprint.get("device_facts") or {}).get("devices")
     uuids = sorted({str(d["uuid"]) for d in devices if isinstance(d, dict) and d.get("uuid")}) \
         if isinstance(devices, list) else []
