@@ -14,7 +14,8 @@ from ..outputs.matrix import build, markdown_text, report_files, terminal_text
 
 def register(sub: Any) -> None:
     p = sub.add_parser("matrix",
-                       help="one matrix from the reports of many machines (rows: variants, columns: machines)")
+                       help="one matrix from the reports of many machines (rows: variants, columns: machines); "
+                            "exit 1 where a machine's deterministic-workload hashes disagree with its group's")
     p.add_argument("files", nargs="+", type=Path, metavar="FILE",
                    help="reports (.json) or journals (.jsonl), or folders of reports (a fleet's node reports)")
     p.add_argument("--md", type=Path, default=None, metavar="PATH", help="also write the matrix as Markdown here")
@@ -40,7 +41,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             print(f"wrote {path}")
     if unwritten:
         print(f"rocmcheck: {write_problem(unwritten)}", file=sys.stderr)
-    return ExitCode.OK
+    return ExitCode.FAILED if matrix["fleet"]["disagree"] else ExitCode.OK
 
 
 def _html(matrix: Any) -> str:

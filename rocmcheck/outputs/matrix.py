@@ -12,7 +12,9 @@ the worst status wins (pass < skip < warn < fail < error < crash < hang) and the
 many of the column's verdicts for that variant had it: `FAIL 1/3`. Files of the same run (a
 report, its journal, `rocmcheck report`'s JSON twin) count once; the counts say how many runs
 and how many machines (`fingerprint.machine_identity`) the columns hold. A `*` marks a cell
-with a known issue, listed under the table. Never imports torch.
+with a known issue, listed under the table. Under it too, the fleet's deterministic-workload
+hashes (`fleet.compare`): a GPU whose hashes disagree with its group's majority is named there,
+and the command exits 1. Never imports torch.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from ..host.fingerprint import machine_identity, summary
 from ..knowledge import known_issues
 from ..model import EVIDENCE_TAILS, STATUS_ORDER, Status, Verdict, count_statuses, is_bad
 from ..records import Report
+from . import fleet
 from .diff import statuses
 from .render import device_order, gpu_parts, gpu_text, known_issue_lines, md_escape, short
 
@@ -151,10 +154,10 @@ def build(loaded: List[Tuple[str, Report]]) -> Dict[str, Any]:
             for variant, probe in variant_order(v for _, report in runs for v in report.verdicts)]
     counts = {"variants": len(rows), "machines": len({machine_identity(r.fingerprint) for _, r in runs}),
               "reports": len(runs)}
-    return {"schema": "rocmcheck-matrix", "schema_version": "1.1", "grouping": GROUPING, "counts": counts,
+    return {"schema": "rocmcheck-matrix", "schema_version": "1.2", "grouping": GROUPING, "counts": counts,
             "machines": [{"label": c.label, "machine": c.machine, "gpu": c.gpu or None, "reports": c.reports,
                           "fingerprint": c.fingerprint} for c in ordered],
-            "rows": rows}
+            "rows": rows, "fleet": fleet.compare(runs)}
 
 
 def _probe_of(variant: str, probe: str) -> str:
@@ -203,6 +206,9 @@ def terminal_text(matrix: Dict[str, Any]) -> str:
     issues = _issue_lines(matrix, "")
     if issues:
         lines += ["", "known issues (*):", *issues]
+    hashes = fleet.lines(matrix["fleet"])
+    if hashes:
+        lines += ["", *("  " * depth + text for depth, text in hashes)]
     return "\n".join(lines)
 
 
@@ -255,6 +261,11 @@ def markdown_text(matrix: Dict[str, Any]) -> str:
     issues = _issue_lines(matrix, "- ")
     if issues:
         lines += ["", "## Known issues (*)", "", *issues]
+    hashes = fleet.lines(matrix["fleet"])
+    if hashes:
+        lines += ["", "## Deterministic-workload hashes"]  # paragraphs (depth 0) around the nested list
+        lines += [f"\n{md_escape(text)}\n" if depth == 0 else "  " * (depth - 1) + "- " + md_escape(text)
+                  for depth, text in hashes]
     return "\n".join(lines) + "\n"
 
 

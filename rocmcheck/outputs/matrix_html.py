@@ -4,7 +4,8 @@ a CSS checkbox), every text from a report HTML-escaped (probe messages are untru
 It renders `matrix.build()`'s data, the same rows, columns and `cell_text` as the Markdown;
 columns are ordered and grouped by arch, then backend and version, then torch (the parts of
 the machine label), the CPU's last as in the table, and a bad cell opens (`<details>`) to its
-messages, evidence and workarounds.
+messages, evidence and workarounds. Under the table, the fleet's deterministic-workload hashes
+(`fleet.lines`, as the terminal and the Markdown say them), a flagged GPU in red.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from itertools import groupby
 from typing import Any, Dict, List, Optional
 
 from ..model import is_bad, is_notable
+from . import fleet
 from .matrix import GROUPING, cell_text, counts_line
 from .render import unfit_issue_lines
 
@@ -30,6 +32,8 @@ td.cell { min-width: 7em; }
 details > div { max-width: 40em; white-space: pre-wrap; font-size: 12px; }
 pre { white-space: pre-wrap; max-height: 20em; overflow: auto; background: #fff8; margin: 2px 0; }
 #only-bad:checked ~ table tr.good { display: none; }
+p.fleet-1 { margin: 2px 0 2px 1.5em; }
+p.fleet-2 { margin: 2px 0 2px 3em; background: #ffb3b3; }
 """ + "".join(f"td.s-{s} {{ background: {c}; }}\n" for s, c in COLOURS.items())
 
 
@@ -97,4 +101,12 @@ def html_page(matrix: Dict[str, Any]) -> str:
         f"<p>{escape(counts_line(matrix))}. Cells: {escape(GROUPING)}. A failing cell opens to its evidence.</p>",
         f"<p>{legend}</p>",
         '<input type="checkbox" id="only-bad"> <label for="only-bad">only failing rows</label>',
-        f"<table><thead>{''.join(head)}</thead><tbody>", *body, "</tbody></table>", "</body></html>", ""])
+        f"<table><thead>{''.join(head)}</thead><tbody>", *body, "</tbody></table>", *_fleet(matrix["fleet"]),
+        "</body></html>", ""])
+
+
+def _fleet(found: Dict[str, Any]) -> List[str]:
+    """The fleet's deterministic-workload hashes under the table: `fleet.lines`, a finding (depth 2) in red."""
+    lines = fleet.lines(found)
+    return ["<h2>Deterministic-workload hashes</h2>", *(f'<p class="fleet-{depth}">{escape(text)}</p>'
+                                                        for depth, text in lines)] if lines else []
