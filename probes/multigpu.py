@@ -46,6 +46,11 @@ FSDP_ON_CPU = (2, 6)  # before it fully_shard moves a CPU model to CUDA (pytorch
 HANG_MARGIN_S = 1.5  # left between a rank's own deadline and the task's: time to dump its stack and exit
 PEER_SIZES = {"gate": (1 << 20,), "full": (1 << 20, 256 << 20)}
 PEER_REPEATS = {"gate": 3, "full": 10}
+MIB = 1 << 20
+P2P_BYTES = {"gpu": 256 * MIB, "cpu": 16 * MIB}  # a simulated GPU's copies run on the CPU: its sizes
+SPEED_SAMPLES = 5
+BUSBW_BYTES = {"nccl": 256 * MIB, "gloo": 16 * MIB}  # gloo: the rank program's self-test on the CPU
+BUSBW_SAMPLES = 10
 
 
 # --- inventory (pure decision) ---------------------------------------------------------------
@@ -269,7 +274,20 @@ def check_fsdp(torch, dist, device, rank, world):
     return {"ok": gap <= STEP_TOLERANCE, "message": f"step differs from one process by {gap:.3g}", "gap": gap}
 
 
-RANK_CHECKS = {"all_reduce": check_all_reduce, "ddp": check_ddp, "fsdp": check_fsdp}
+def check_all_reduce_busbw(torch, dist, device, rank, world):
+    """nccl-tests' bus bandwidth of a float32 all_reduce of BUSBW_BYTES, each sample timed with this
+    rank's device events (the wall clock on the CPU) after warm-up: algbw = bytes / time, busbw =
+    algbw x 2(n-1)/n (the bandwidth each link needs for a ring all-reduce, comparable across GPU counts)."""
+    nbytes = BUSBW_BYTES[dist.get_backend()]
+    tensor = torch.ones(nbytes // 4, device=device)
+    seconds = torchapi.time_samples(torchapi.clock(device), lambda: dist.all_reduce(tensor), BUSBW_SAMPLES, warmup=2)
+    busbw = [nbytes / s / 1e9 * 2 * (world - 1) / world for s in seconds]
+    return {"ok": True, "message": f"median bus bandwidth {sorted(busbw)[len(busbw) // 2]:.1f} GB/s",
+            "busbw_gbps": busbw}
+
+
+RANK_CHECKS = {"all_reduce": check_all_reduce, "ddp": check_ddp, "fsdp": check_fsdp,
+               "all_reduce_busbw": check_all_reduce_busbw}
 
 
 def rank_main(argv):
@@ -375,16 +393,16 @@ def rocmcheck_path_env():
     return {"PYTHONPATH": os.pathsep.join([*current, root])}
 
 
-def start_ranks(ctx, backend, workdir, timeout):
-    """WORLD ranks on this machine: forked when torch never touched a GPU here, else fresh interpreters."""
+def start_ranks(ctx, backend, workdir, timeout, world=WORLD, checks=CHECKS):
+    """`world` ranks on this machine: forked when torch never touched a GPU here, else fresh interpreters."""
     port = free_port()
     fork = backend == "gloo" and hasattr(os, "fork") and not torch.cuda.is_initialized()
     ranks = []
-    for rank in range(WORLD):
-        env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD), "MASTER_ADDR": "127.0.0.1",
+    for rank in range(world):
+        env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
                "MASTER_PORT": str(port)}
-        argv = ["--backend", backend, "--timeout", f"{timeout:.1f}", "--result", os.path.join(workdir, f"{rank}.json"),
-                "--stack", os.path.join(workdir, f"{rank}.stack")]
+        argv = ["--backend", backend, "--checks", ",".join(checks), "--timeout", f"{timeout:.1f}",
+                "--result", os.path.join(workdir, f"{rank}.json"), "--stack", os.path.join(workdir, f"{rank}.stack")]
         if fork:  # a reproducer embeds this module (no file of its own) and forks: it shares this sys.path
             ranks.append(ctx.start_process(argv, env, fork=lambda argv=argv: rank_entry(argv)))
         else:
@@ -392,7 +410,9 @@ def start_ranks(ctx, backend, workdir, timeout):
     return ranks
 
 
-def run_distributed(ctx, backend):
+def run_distributed(ctx, backend, world=WORLD, names=CHECKS):
+    """Run the rank checks `names` on `world` ranks; their results by rank (a hang, a rank's error or a
+    failed check ends the probe as such)."""
     import tempfile
 
     # the deadline runs from the task's start, not from this process's: under spawn isolation a
@@ -400,10 +420,10 @@ def run_distributed(ctx, backend):
     rank_timeout = max(ctx.time_left(HANG_MARGIN_S), 1.0)
     ctx.measure(rank_timeout_s=round(rank_timeout, 2))
     with tempfile.TemporaryDirectory(prefix="rocmcheck-ranks-") as workdir:
-        ranks = start_ranks(ctx, backend, workdir, rank_timeout)
+        ranks = start_ranks(ctx, backend, workdir, rank_timeout, world, names)
         codes = ctx.wait_processes(ranks, margin_s=HANG_MARGIN_S / 2)  # a stuck rank is left to the watchdog
         results, stacks = {}, {}
-        for rank in range(WORLD):
+        for rank in range(world):
             for suffix, store in ((".json", results), (".stack", stacks)):
                 path = os.path.join(workdir, f"{rank}{suffix}")
                 if os.path.exists(path) and os.path.getsize(path):
@@ -414,7 +434,7 @@ def run_distributed(ctx, backend):
         for rank, text in stuck.items():
             ctx.progress(f"rank {rank} did not finish; its stack:\n{text}")
         ctx.hang("; ".join(f"rank {rank} did not finish" for rank in stuck))
-    missing = [f"rank {r} exited with {codes[r]} without a result" for r in range(WORLD) if r not in results]
+    missing = [f"rank {r} exited with {codes[r]} without a result" for r in range(world) if r not in results]
     if missing:
         raise RuntimeError("; ".join(missing))
     lines = {r: json.loads(text) for r, text in results.items()}
@@ -433,6 +453,52 @@ def run_distributed(ctx, backend):
         ctx.fail("; ".join(problems + errors))
     if errors:
         raise RuntimeError("; ".join(errors) + " (the other checks passed)")
+    return checks
+
+
+def measure_p2p(ctx, kind, count):
+    """Copy bandwidth of every ordered GPU pair: a buffer of P2P_BYTES copied from `src` into one
+    allocated on `dst`, timed by `src`'s events (torch runs a peer copy on the source's current
+    stream and makes both devices wait for it)."""
+    nbytes = P2P_BYTES["gpu" if ctx.gpu_sized else "cpu"]
+    module = torchapi.device_module(f"{kind}:0")
+    for src in range(count):
+        for dst in (d for d in range(count) if d != src):
+            source = torch.ones(nbytes // 4, device=f"{kind}:{src}")
+            target = torch.empty(nbytes // 4, device=f"{kind}:{dst}")
+            module.set_device(src)
+            seconds = torchapi.time_samples(torchapi.clock(f"{kind}:{src}"), lambda: target.copy_(source),
+                                            SPEED_SAMPLES)
+            ctx.measure_speed(f"p2p-{src}-{dst}", "GB/s", [float(f"{nbytes / s / 1e9:.4g}") for s in seconds],
+                              f"device events of GPU {src}, 1 warm-up, {len(seconds)} samples of a "
+                              f"{nbytes // MIB} MiB copy_ from {kind}:{src} to {kind}:{dst}")
+
+
+@rocmcheck.probe(
+    "multigpu-speed",
+    per_device=False,
+    title="Peer-to-peer copy bandwidth per GPU pair and all-reduce bus bandwidth, judged against the spec",
+    targets="a slow link between two GPUs (a bridge or xGMI/NVLink link down, traffic through the host), "
+            "collectives far below the node's bus bandwidth",
+    links=LINKS + ("https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md",),
+    timeout=300,
+    requires={"gpus": 2},
+)
+def multigpu_speed(ctx):
+    """The figures `p2p-I-J` (GB/s) and, on CUDA/ROCm GPUs, `all-reduce-busbw` over every GPU (NCCL/RCCL,
+    nccl-tests' bus bandwidth); the runner judges them against the spec table."""
+    kind = torch.device(ctx.device).type
+    count = torchapi.device_count(kind)
+    measure_p2p(ctx, kind, count)
+    if kind != "cuda":
+        ctx.measure(not_measured={"all-reduce-busbw": f"no collective library (NCCL/RCCL) for {kind} devices"})
+        return
+    checks = run_distributed(ctx, "nccl", world=count, names=("all_reduce_busbw",))
+    per_rank = [checks[r]["all_reduce_busbw"]["busbw_gbps"] for r in sorted(checks)]
+    samples = [min(rates) for rates in zip(*per_rank)]  # the slowest rank bounds each collective
+    ctx.measure_speed("all-reduce-busbw", "GB/s", [float(f"{b:.4g}") for b in samples],
+                      f"device events on each of {count} ranks, 2 warm-up, {len(samples)} float32 all_reduce of "
+                      f"{BUSBW_BYTES['nccl'] // MIB} MiB (NCCL/RCCL); busbw = algbw x 2(n-1)/n, the slowest rank's")
 
 
 @rocmcheck.probe(

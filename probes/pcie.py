@@ -24,9 +24,7 @@ may report the internal link, not the slot's; the link read is the GPU function'
 """
 from __future__ import annotations
 
-import re
 import statistics
-import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import rocmcheck
@@ -38,7 +36,6 @@ from rocmcheck.lazy import torch
 MIB = 1 << 20
 SAMPLES = {"gate": 5, "full": 10}
 BYTES = {("gpu", "gate"): 64 * MIB, ("gpu", "full"): 256 * MIB, ("cpu", "gate"): 4 * MIB, ("cpu", "full"): 4 * MIB}
-GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}  # GT/s per lane -> PCIe generation
 
 LINKS = (
     "https://docs.kernel.org/PCI/sysfs-pci.html",
@@ -46,42 +43,13 @@ LINKS = (
 )
 
 
-class WallClock:
-    """`time.perf_counter` around the copy and a synchronize: for the CPU, where copies block."""
-
-    def __init__(self, synchronize: Callable[[], None]):
-        self.synchronize = synchronize
-
-    def seconds(self, copy: Callable[[], Any]) -> float:
-        start = time.perf_counter()
-        copy()
-        self.synchronize()
-        return time.perf_counter() - start
-
-
-class EventClock:
-    """Device events recorded on the current stream around the copy: the device's own time."""
-
-    def __init__(self, device: str):
-        self.device = device
-
-    def seconds(self, copy: Callable[[], Any]) -> float:
-        start, end = torchapi.timing_event(self.device), torchapi.timing_event(self.device)
-        start.record()
-        copy()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3  # milliseconds
-
-
 def clock_for(ctx: rocmcheck.ProbeContext) -> Any:
-    return EventClock(ctx.device) if ctx.on_gpu else WallClock(ctx.synchronize)
+    return torchapi.clock(ctx.device)
 
 
 def sample_gbps(clock: Any, copy: Callable[[], Any], nbytes: int, samples: int) -> Dict[str, float]:
     """Median, min and max GB/s over `samples` timed copies, after one untimed warm-up copy."""
-    copy()
-    rates = [nbytes / clock.seconds(copy) / 1e9 for _ in range(samples)]
+    rates = [nbytes / seconds / 1e9 for seconds in torchapi.time_samples(clock, copy, samples)]
     return {"median": round(statistics.median(rates), 3), "min": round(min(rates), 3), "max": round(max(rates), 3)}
 
 
@@ -111,25 +79,14 @@ def measure_bandwidth(ctx: rocmcheck.ProbeContext) -> Dict[str, Dict[str, float]
     return found
 
 
-def transfer_rate(speed: Optional[str]) -> Optional[float]:
-    """16.0 from '16.0 GT/s PCIe'; None for 'Unknown' or an unreadable file."""
-    match = re.match(r"\s*([\d.]+)\s*GT/s", speed or "")
-    return float(match.group(1)) if match else None
-
-
-def describe(rate: float, width: int) -> str:
-    gen = GENERATIONS.get(rate)
-    return f"{rate:.1f} GT/s{f' (Gen{gen})' if gen else ''} x{width}"
-
-
 def link_verdict(gpu: PciGpu) -> Tuple[Optional[bool], str]:
     """(True, ...) at the maximum, (False, why) when slower or narrower, (None, why) when the
     link files cannot be read."""
-    cur, top = transfer_rate(gpu.link_speed), transfer_rate(gpu.max_link_speed)
+    cur, top = hostgpu.transfer_rate(gpu.link_speed), hostgpu.transfer_rate(gpu.max_link_speed)
     if cur is None or top is None or gpu.link_width is None or gpu.max_link_width is None:
         return None, (f"the PCIe link of {gpu.address} cannot be read (current {gpu.link_speed} x{gpu.link_width}, "
                       f"maximum {gpu.max_link_speed} x{gpu.max_link_width})")
-    now, best = describe(cur, gpu.link_width), describe(top, gpu.max_link_width)
+    now, best = hostgpu.describe_link(cur, gpu.link_width), hostgpu.describe_link(top, gpu.max_link_width)
     slower, narrower = cur < top, gpu.link_width < gpu.max_link_width
     if not (slower or narrower):
         return True, f"PCIe link {now} at its maximum"

@@ -160,6 +160,15 @@ class ProbeContext:
         self.measurements.setdefault(SPEED_MEASUREMENTS, {})[name] = figure.to_dict()
         return figure
 
+    def time_samples(self, work: Callable[[], Any], samples: int, warmup: int = 1,
+                     budget_s: Optional[float] = None, least: int = 3) -> List[float]:
+        """Seconds each of `samples` timed calls of `work` took, after `warmup` untimed ones (first
+        use: kernel selection, code loading, clocks ramping up). On a GPU the clock is a pair of
+        device events around the call (`torchapi.EventClock`), on the CPU the wall clock. With
+        `budget_s`, sampling stops once that many seconds were timed, after at least `least`
+        samples: a slow device keeps the gate's budget and still gives a median."""
+        return torchapi.time_samples(torchapi.clock(self.device), work, samples, warmup, budget_s, least)
+
     def progress(self, text: str) -> None:
         """Say where the probe is: one line of the child's output, flushed at once, so the verdict
         of a probe that hangs shows in its output's last lines the step it never finished."""

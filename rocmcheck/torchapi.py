@@ -15,8 +15,9 @@ import contextlib
 import importlib
 import importlib.util
 import re
+import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple, Type
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Type
 
 from .errors import Skip
 
@@ -312,6 +313,49 @@ def timing_event(device: Any) -> Any:
     if _generic() or not is_cuda(device):
         return torch.Event(device=torch.device(device), enable_timing=True)
     return torch.cuda.Event(enable_timing=True)
+
+
+class WallClock:
+    """`time.perf_counter` around the work: the CPU's clock, where work is done when the call returns."""
+
+    def seconds(self, work: Callable[[], Any]) -> float:
+        start = time.perf_counter()
+        work()
+        return time.perf_counter() - start
+
+
+class EventClock:
+    """Device events recorded on `device`'s current stream around the work: the device's own time,
+    without launch overhead or host scheduling."""
+
+    def __init__(self, device: Any):
+        self.device = device
+
+    def seconds(self, work: Callable[[], Any]) -> float:
+        start, end = timing_event(self.device), timing_event(self.device)
+        start.record()
+        work()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3  # milliseconds
+
+
+def clock(device: Any) -> Any:
+    """How to time work on `device`: its events on a GPU (a simulated one too), the wall clock on the CPU."""
+    return WallClock() if str(device) == "cpu" else EventClock(device)
+
+
+def time_samples(timer: Any, work: Callable[[], Any], samples: int, warmup: int = 1,
+                 budget_s: Optional[float] = None, least: int = 3) -> List[float]:
+    """Seconds each of `samples` calls of `work` took by `timer` (a clock above), after `warmup`
+    untimed calls; with `budget_s`, sampling stops once that many seconds were timed, after at
+    least `least` samples."""
+    for _ in range(warmup):
+        work()
+    taken: List[float] = []
+    while len(taken) < samples and (budget_s is None or len(taken) < least or sum(taken) < budget_s):
+        taken.append(timer.seconds(work))
+    return taken
 
 
 def memory_info(device: Any) -> Tuple[int, int]:

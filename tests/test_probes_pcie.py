@@ -46,10 +46,12 @@ def test_samples_are_timed_by_the_clock_given_after_an_untimed_warm_up():
 
 
 def test_device_events_time_gpu_copies_and_the_wall_clock_cpu_ones():
+    from rocmcheck import torchapi
+
     mod = probe_module("pcie")
-    assert isinstance(mod.clock_for(rocmcheck.ProbeContext(device="cuda:1")), mod.EventClock)
+    assert isinstance(mod.clock_for(rocmcheck.ProbeContext(device="cuda:1")), torchapi.EventClock)
     cpu = mod.clock_for(rocmcheck.ProbeContext(device="cpu"))
-    assert isinstance(cpu, mod.WallClock) and cpu.seconds(lambda: sum(range(1000))) > 0
+    assert isinstance(cpu, torchapi.WallClock) and cpu.seconds(lambda: sum(range(1000))) > 0
 
 
 @pytest.mark.children

@@ -95,7 +95,7 @@ def test_every_verdict_names_its_gpu(rocm_run, sched_probes):
     names = {v["device"]["name"]: v["device"] for v in verdicts}
     assert set(names) == {"simgpu:0", "simgpu:2"}
     assert names["simgpu:2"]["index"] == 2 and names["simgpu:2"]["pci_address"] == "0000:12:00.0"
-    assert names["simgpu:2"]["uuid"] == "simgpu-2" and names["simgpu:2"]["model"] == "simulated GPU 2"
+    assert names["simgpu:2"]["uuid"] == "simgpu-2" and names["simgpu:2"]["model"] == "simulated GPU"
 
 
 def test_a_gpu_that_is_not_there_is_bad_input(rocm_run, sched_probes):

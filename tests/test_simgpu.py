@@ -120,6 +120,21 @@ def test_one_gpu_of_two_that_computes_wrong_is_named(rocm_run, simgpu_built):
     assert wrong["device"]["index"] == 1 and wrong["device"]["uuid"] == "simgpu-1"
 
 
+def test_a_simulated_gpus_child_computes_on_one_thread_as_the_cpus_does(rocm_run, simgpu_built, tmp_path):
+    """Each simulated GPU's child computes on the host's cores beside the others': two OpenMP threads
+    each made its 256^3 products 300x slower on a loaded 2-core machine (the speed probe's figures)."""
+    (tmp_path / "threads_probe.py").write_text(textwrap.dedent('''
+        import rocmcheck
+        import torch
+
+        @rocmcheck.probe("threads", title="t", targets="t")
+        def threads(ctx):
+            ctx.measure(threads=torch.get_num_threads(), device=ctx.device)
+    '''))
+    (verdict,) = rocm_run(probe="threads", probes_path=[str(tmp_path)], device="simgpu:1", inject="simgpu:2")
+    assert (verdict["measurements"]["threads"], verdict["measurements"]["device"]) == (1, "simgpu:1")
+
+
 @pytest.mark.children
 def test_a_healthy_node_of_two_simulated_gpus_is_go(tmp_path, simgpu_built):
     """The gate's decision, its per-GPU verdicts and the skips naming the simulated device's limit, on

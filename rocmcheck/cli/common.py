@@ -31,7 +31,7 @@ def add_run_options(p: argparse.ArgumentParser, command: str) -> None:
     add_to_argparse(p, "device", "isolation", "timeout", "first_use_timeout", "inject")
     p.add_argument("--out-dir", type=Path, default=Path("reports"), metavar="DIR",
                    help="where the journal, JSON and Markdown go (default: reports/)")
-    add_to_argparse(p, "expect_gpus")
+    add_to_argparse(p, "expect_gpus", "slow_gpu")
     for output in offered(command):
         p.add_argument(output.flag, dest=f"output_{output.name}", type=Path, default=None, metavar="PATH",
                        help=output.help)

@@ -77,4 +77,7 @@ def gate_screen(report: Report, code: int) -> str:
         if ev.get("stack"):
             lines.append("    stack: " + " | ".join(ev["stack"].strip().splitlines()[-3:]))
         lines.extend("  " + line for line in known_issue_lines(v.known_issues, v.unfit_issues))
+    for slow in (report.sections.get("speed") or {}).get("slow_gpus") or []:
+        if slow.get("status") != "fail":  # a failing one is listed above
+            lines.append(f"  slow GPU (warn): {slow.get('message')}")
     return "\n".join(lines)

@@ -65,6 +65,15 @@ def isolation(text: str) -> str:
     return text
 
 
+SLOW_GPU = ("warn", "nogo")
+
+
+def slow_gpu(text: str) -> str:
+    if text not in SLOW_GPU:
+        raise ValueError(f"must be one of {', '.join(SLOW_GPU)}, not '{text}'")
+    return text
+
+
 def inject(text: str) -> str:
     from .. import faults
 
@@ -115,6 +124,9 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
     Option("gate_only", "only variants in the gate (gate profile)", action="store_true", ini="bool"),
     Option("expect_gpus", "fail when torch sees fewer than N GPUs", "N", whole, "a whole number",
            env="ROCMCHECK_EXPECT_GPUS", at_parse=True),
+    Option("slow_gpu", "what a GPU slower than the node's other GPUs of its model makes the run (a speed figure "
+           "below 0.8 x their median): warn (the default) or nogo (fail: the gate says NO-GO)", "WHAT", slow_gpu,
+           " or ".join(SLOW_GPU), env="ROCMCHECK_SLOW_GPU", choices=SLOW_GPU),
     Option("baseline", "report (.json) or journal (.jsonl) of an earlier run: only regressions against it fail",
            "FILE", ini="string"),
 )}
@@ -207,6 +219,7 @@ class RunOptions:
     kill_policy: KillPolicy = KillPolicy()  # how a hung child is ended, and how long its tree may take to go
     needs_torch: bool = True  # False for `rocmcheck env`, which reports a missing torch as a fact
     expect_gpus: Optional[int] = None  # fewer GPUs seen fails gpu-visible (a fleet's node check)
+    slow_gpu: str = "warn"  # what a GPU slower than its peers makes the run: warn, or nogo (its verdict fails)
 
     @classmethod
     def build(cls, given: Given, folders: Optional[Mapping[str, Optional[Path]]] = None,
@@ -218,7 +231,7 @@ class RunOptions:
         every option of the table, then $ROCMCHECK_KNOWN_ISSUES. `profile`: gate under
         --gate-only, else full, unless the command fixes it; `fixed`: the fields no option sets."""
         from .. import registry
-        from ..knowledge import known_issues
+        from ..knowledge import known_issues, speed
 
         check_outputs(dict(folders or {}), dict(files or {}), stdout)
         probes_paths = [str(p) for p in given.value("probes_path") or []]
@@ -226,9 +239,10 @@ class RunOptions:
         options = cls(device=given.value("device") or "auto", isolation=given.value("isolation") or default_isolation(),
                       timeout=given.value("timeout"), first_use_timeout=given.value("first_use_timeout"),
                       inject=given.value("inject") or "", probes_paths=probes_paths,
-                      expect_gpus=given.value("expect_gpus"),
+                      expect_gpus=given.value("expect_gpus"), slow_gpu=given.value("slow_gpu") or "warn",
                       profile=profile or ("gate" if given.value("gate_only") else "full"), **fixed)
         known_issues.entries()  # a broken file is bad input now, not at the first failure
+        speed.rows()  # and a broken speed spec table too
         if options.device.startswith("simgpu:"):  # else the run would look for cuda:N and say it is not present
             from .. import faults
 

@@ -26,9 +26,9 @@ from .. import __version__, faults, registry, torchapi
 from ..context import ProbeContext
 from ..errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from ..host import fingerprint, hostgpu, kernellog
-from ..knowledge import known_issues
+from ..knowledge import known_issues, speed
 from ..knowledge.signatures import BY_MEANING, signatures
-from ..model import DeviceInfo, RunsIn, Status, Variant, Verdict, preloads
+from ..model import SPEED_MEASUREMENTS, DeviceInfo, RunsIn, Status, Variant, Verdict, preloads
 from ..outputs.storage import Journal, Output, journal_path, new_run_id, write_outputs
 from ..records import BEFORE_FIRST, SCHEMA, SCHEMA_VERSION, Report, RunInfo, where_interrupted
 from ..safetext import clean, clean_env, clean_tree
@@ -352,12 +352,20 @@ class Runner:
         device = device or self.device
         with self._lock:
             self._journal({"record": "started", "variant": variant.id, "device": device.name})
-        verdict = self.run_variant(variant, device=device)
-        with self._lock:  # judged against the verdicts so far; `report` judges again against the whole run
-            (verdict,) = known_issues.judged([verdict], self.fingerprint_cache, [*self.verdicts, verdict])
+        verdict = self.judged(self.run_variant(variant, device=device))
+        with self._lock:
             self.verdicts.append(verdict)
             self._journal({"record": "verdict", "verdict": verdict.to_dict()})
             self.on_verdict(verdict)
+        return verdict
+
+    def judged(self, verdict: Verdict) -> Verdict:
+        """The verdict with its speed figures held against the device's spec and the known issues
+        that fit it, judged against the run's verdicts so far (`report` judges again against the
+        whole run)."""
+        speed.judge_spec(verdict)
+        with self._lock:
+            (verdict,) = known_issues.judged([verdict], self.fingerprint_cache, [*self.verdicts, verdict])
         return verdict
 
     def run_queues(self, variants: List[Variant]) -> None:
@@ -403,6 +411,38 @@ class Runner:
         if errors:
             raise errors[0]
 
+    def judge_node(self, variants: Sequence[Variant]) -> None:
+        """Once every GPU ran: a GPU slower than the node's others of its model (`speed.slow_figures`)
+        is measured again, its variant on each GPU of that model one at a time (`confirm_speed`); a
+        figure slow both times is named in a note and the report's `speed` section, its verdict
+        `warn`, or `fail` with `--slow-gpu nogo`. Noise on a shared host makes one measurement slow,
+        rarely the same figure of the same GPU twice. The journal keeps each verdict as it first ran;
+        the report has the judged ones."""
+        first = {slow.key for slow in speed.slow_figures(self.verdicts)}
+        for variant in (v for v in variants if v.id in {key[0] for key in first}):
+            self.confirm_speed(variant)
+        slow = speed.judge_node(self.verdicts, nogo=self.opts.slow_gpu == "nogo", among=first)
+        for finding in slow:
+            self.note(finding["message"])
+        if slow:
+            self.add_section("speed", {"slow_gpus": slow, "fraction": speed.NODE_FRACTION})
+
+    def confirm_speed(self, variant: Variant) -> None:
+        """Measure `variant` again on every GPU that ran it, one GPU at a time, each in a child of its
+        own: while every GPU's queue ran at once they shared the host (its cores, and the whole of
+        a simulated GPU); alone, a GPU that is slow is slow again and one that met noise is not. The
+        new verdict replaces the first, which stays in its evidence (`speed_while_every_gpu_ran`)."""
+        for i, first in enumerate(self.verdicts):
+            device = next((d for d in self.devices if d.name == (first.device or {}).get("name")), None)
+            if first.variant != variant.id or device is None or device.kind != "gpu":
+                continue
+            with self.running(variant.id):
+                again = self.judged(self.run_variant(variant, device=device, alone=True))
+            again.evidence["speed_while_every_gpu_ran"] = first.measurements.get(SPEED_MEASUREMENTS)
+            self.verdicts[i] = again
+        self.note(f"{variant.id}: a GPU was slower than its peers while every GPU ran; measured again one GPU at "
+                  "a time to confirm it")
+
     @contextlib.contextmanager
     def running(self, what: str) -> Iterator[None]:
         """Name `what` as running now (e.g. a doctor attempt). An interrupt inside leaves it named,
@@ -443,6 +483,7 @@ class Runner:
         try:
             self.start(variants)
             self.run_queues(self.with_baselines(self.with_gpu_check(variants)))
+            self.judge_node(variants)
             if after is not None:
                 after()
         except (KeyboardInterrupt, Interrupted) as exc:

@@ -20,7 +20,9 @@
 The child writes `outcome`'s status into its result file (a `task.TaskResult`); `assemble` (in the parent) turns
 what the watchdog saw and that file into exactly one `Verdict`, cleaned of text no output
 format accepts. After that the runner only adds where it ran (`env`, `device`) and
-`known_issues.annotate` the matching known issues; the status never changes again.
+the known issues that fit it (`known_issues.judged`); the status changes again only where its speed
+falls below the device's spec or the node's other GPUs (`knowledge.speed`: pass becomes warn, or fail with
+`--slow-gpu nogo`).
 """
 from __future__ import annotations
 

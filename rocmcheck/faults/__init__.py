@@ -67,10 +67,12 @@ class Fault:
     needs: Optional[str] = None  # another fault that must be in the same spec
     whole_run: bool = False  # the same for every probe (the simulated device, an older torch's API): a worker
     # installs it once; a task that meets any other fault before its probe starts runs in a child of its own
+    parts: int = 1  # how many whole numbers ARG may hold, colon-separated (IDX[:FACTOR])
 
     def check_arg(self, arg: Optional[str]) -> None:
         """ARG must match one of `choices` (globs allowed); with none, `args` names a whole
-        number; a fault without `args` takes no ARG. Raises UsageError."""
+        number (up to `parts` of them, colon-separated); a fault without `args` takes no ARG.
+        Raises UsageError."""
         if arg is None:
             return
         if self.choices:
@@ -78,13 +80,14 @@ class Fault:
                 raise UsageError(f"fault '{self.name}' takes {'|'.join(self.choices)}, not '{arg}'")
         elif not self.args:
             raise UsageError(f"fault '{self.name}' takes no argument (got '{arg}')")
-        elif not arg.isdigit():
-            raise UsageError(f"fault '{self.name}' takes a whole number ({self.args}), not '{arg}'")
+        elif not all(part.isdigit() for part in arg.split(":")) or arg.count(":") >= self.parts:
+            what = "a whole number" if self.parts == 1 else f"up to {self.parts} whole numbers"
+            raise UsageError(f"fault '{self.name}' takes {what} ({self.args}), not '{arg}'")
 
 
 def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_facts: bool = False,
           in_probe: bool = False, prepare: Optional[Callable[[Optional[str]], None]] = None,
-          needs: Optional[str] = None, whole_run: bool = False) -> Callable[
+          needs: Optional[str] = None, whole_run: bool = False, parts: int = 1) -> Callable[
         [Callable[[Optional[str]], None]], Callable[[Optional[str]], None]]:
     """Register `install(arg)` as fault `name`; it runs in the child before the probe.
 
@@ -95,12 +98,13 @@ def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_
     probe would meet it, after runtime init, and its hang is bounded by the probe's timeout.
     `prepare(arg)` runs in the parent before any child (a build, say); `needs` names a fault
     the spec must also hold. `whole_run`: the fault sets up the whole run alike for every probe,
-    so probes meeting it may share a worker child.
+    so probes meeting it may share a worker child. `parts`: ARG may hold that many whole numbers,
+    colon-separated.
     """
 
     def register(install: Callable[[Optional[str]], None]) -> Callable[[Optional[str]], None]:
         _FAULTS[name] = Fault(name, help, install, args or "|".join(choices), tuple(choices), in_facts, in_probe,
-                              prepare, needs, whole_run)
+                              prepare, needs, whole_run, parts)
         return install
 
     return register

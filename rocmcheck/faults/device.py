@@ -46,3 +46,16 @@ def _stale_side_stream(arg: Optional[str]) -> None:
        "result it computes is off; copies and the other GPUs stay right", args="GPU index", needs="simgpu")
 def _wrong_device(arg: Optional[str]) -> None:
     simgpu.set_fault("wrong-device", int(arg or 1))
+
+
+SLOW_FACTOR = 3
+
+
+@fault("simgpu-slow-matmul", f"simulated GPU IDX (default 1) runs its matrix products (mm, addmm, bmm: torch.matmul, "
+       f"@, linear) FACTOR times as slow (default {SLOW_FACTOR}); its results stay right and its other work, "
+       "copies included, keeps its speed: a GPU at a fraction of its clocks", args="IDX[:FACTOR]", needs="simgpu",
+       parts=2)
+def _slow_matmul(arg: Optional[str]) -> None:
+    index, _, factor = (arg or "1").partition(":")
+    simgpu.set_fault("slow-matmul-factor", int(factor or SLOW_FACTOR))
+    simgpu.set_fault("slow-matmul", int(index))

@@ -37,6 +37,31 @@ USABLE_DRIVERS = {"amd": "amdgpu", "nvidia": "nvidia"}
 BUILD_NAMES = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU", "override": "chosen"}
 WANTS = {"amd": "rocm", "nvidia": "cuda"}  # the build that computes on each vendor's GPUs
 VISIBLE_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}  # GT/s per lane -> PCIe generation
+# Each lane's rate after line encoding, Mb/s per direction, as the kernel computes a link's bandwidth
+# (drivers/pci/pci.h, PCIE_SPEED2MBS_ENC, after PCIe Base Spec 6.0.1 Table 1-1): 8b/10b through
+# Gen2, 128b/130b from Gen3, Gen6's FLIT mode counted without encoding loss.
+LANE_MBPS = {2.5: 2500 * 8 / 10, 5.0: 5000 * 8 / 10, 8.0: 8000 * 128 / 130, 16.0: 16000 * 128 / 130,
+             32.0: 32000 * 128 / 130, 64.0: 64000.0}
+
+
+def transfer_rate(speed: Optional[str]) -> Optional[float]:
+    """16.0 from a link speed file's '16.0 GT/s PCIe'; None for 'Unknown' or an unreadable file."""
+    match = re.match(r"\s*([\d.]+)\s*GT/s", speed or "")
+    return float(match.group(1)) if match else None
+
+
+def describe_link(rate: float, width: int) -> str:
+    """'16.0 GT/s (Gen4) x16'."""
+    gen = GENERATIONS.get(rate)
+    return f"{rate:.1f} GT/s{f' (Gen{gen})' if gen else ''} x{width}"
+
+
+def link_gbps(speed: Optional[str], width: Optional[int]) -> Optional[float]:
+    """A link's theoretical rate in GB/s each way, from its speed file's text and its lane count
+    (31.5 for '16.0 GT/s PCIe' x16); None when either is unknown."""
+    lane = LANE_MBPS.get(transfer_rate(speed) or 0.0)
+    return round(lane * width / 8000, 2) if lane and width else None
 
 
 def host_root() -> Path:

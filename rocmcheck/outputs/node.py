@@ -50,11 +50,15 @@ def verdict(report: Report, exit_code: int, files: Optional[Dict[str, str]] = No
     # a GO node can still be one to watch (correctable errors rising, a GPU throttled at idle)
     warnings = [{"check": v.variant, "message": v.message, "device": v.device or run.device}
                 for v in report.verdicts if v.status is Status.WARN]
+    # a GPU slower than the node's others of its model: named whether it warned or failed (--slow-gpu nogo)
+    slow = [{k: g.get(k) for k in ("gpu", "device", "pci_address", "model", "figure", "value", "reference", "unit",
+                                     "basis", "status", "message")}
+            for g in (report.sections.get("speed") or {}).get("slow_gpus") or []]
     interrupted = {"error": f"interrupted {run.where_interrupted()}"} if run.partial else {}
     unwritten = {"unwritten": dict(run.unwritten)} if run.unwritten else {}
     return {**_head(exit_code), **interrupted, "device": run.device, "backend": report.device.get("backend"),
             "gpus_seen": report.device.get("count"), "counts": run.counts, "failing": failing,
-            "warnings": warnings,
+            "warnings": warnings, "slow_gpus": slow,
             "notes": run.notes, "partial": run.partial, "reports": files or {},
             **unwritten}
 

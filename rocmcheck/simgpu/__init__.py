@@ -34,7 +34,8 @@ SOURCE = Path(__file__).with_name("simgpu.cpp")
 CACHE_ENV = "ROCMCHECK_SIMGPU_CACHE"
 INIT_ENV = "ROCMCHECK_SIMGPU_INIT_S"  # seconds each process's first device initialisation costs
 INIT_LOG_ENV = "ROCMCHECK_SIMGPU_INIT_LOG"  # a file each process's device initialisation appends its pid to
-FAULTS = ("copy-tail", "stale-side-stream", "wrong-device")  # planted in the device (simgpu.cpp set_fault)
+# planted in the device (simgpu.cpp set_fault)
+FAULTS = ("copy-tail", "stale-side-stream", "wrong-device", "slow-matmul", "slow-matmul-factor")
 _ext: Optional[ModuleType] = None
 
 
@@ -195,7 +196,8 @@ class _DeviceModule(ModuleType):
         build().set_device(torch.device(NAME, device).index if not isinstance(device, int) else device)
 
     def get_device_properties(self, device: Any = None) -> SimpleNamespace:
-        """What a CUDA device reports, made up for simulated GPU `device` (its PCI bus is 0x10 + index).
+        """What a CUDA device reports, made up for simulated GPU `device` (its PCI bus is 0x10 + index;
+        every one has the same name, as GPUs of one model do, so the node compares their speed).
         It initialises the runtime first, as `torch.cuda.get_device_properties` does (its `_lazy_init`),
         so the device-facts child pays the init a real GPU makes it pay."""
         import torch
@@ -203,7 +205,7 @@ class _DeviceModule(ModuleType):
         self._lazy_init()
         index = device if isinstance(device, int) else (torch.device(device).index or 0)
         total = torch.accelerator.get_memory_info(index)[1]
-        return SimpleNamespace(name=f"simulated GPU {index}", major=0, minor=0, total_memory=total,
+        return SimpleNamespace(name="simulated GPU", major=0, minor=0, total_memory=total,
                                multi_processor_count=1, pci_domain_id=0, pci_bus_id=0x10 + index, pci_device_id=0,
                                uuid=f"simgpu-{index}")
 
@@ -279,5 +281,6 @@ def enable(count: int = 2, init_seconds: Optional[float] = None) -> ModuleType:
 
 
 def set_fault(name: str, value: int = 1) -> None:
-    """Plant a fault in the device, below torch (see FAULTS); value 0 (-1 for wrong-device) removes it."""
+    """Plant a fault in the device, below torch (see FAULTS); value 0 (-1 for wrong-device and slow-matmul)
+    removes it."""
     build().set_fault(name, value)

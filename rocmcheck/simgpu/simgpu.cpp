@@ -52,10 +52,13 @@ std::atomic<StreamId> g_next_stream{1};
 
 // Planted faults: the tail of non-blocking host-to-device copies zeroed (1/denominator of the
 // bytes, 0 = off); copies on a side stream deliver the previous copy's bytes; one device whose
-// floating-point results (every op it computes, convolutions included) come out wrong (-1 = none).
+// floating-point results (every op it computes, convolutions included) come out wrong (-1 = none);
+// one device whose matrix products take g_slow_matmul_factor times as long (-1 = none).
 int64_t g_tail_denominator = 0;
 bool g_stale_side_stream = false;
 int64_t g_wrong_device = -1;
+int64_t g_slow_matmul_device = -1;
+int64_t g_slow_matmul_factor = 3;
 std::mutex& g_stale_mu = *new std::mutex();
 auto& g_stale = *new std::unordered_map<StreamId, std::vector<char>>();
 
@@ -367,9 +370,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
   return {to_device(gi, d), to_device(gw, d), to_device(gb, d)};
 }
 
+bool is_matmul(const c10::OperatorHandle& op) {  // what torch.matmul, @, mm, linear and bmm come down to
+  const auto& name = op.schema().name();
+  return name == "aten::mm" || name == "aten::addmm" || name == "aten::bmm" || name == "aten::baddbmm" ||
+         name == "aten::_scaled_mm";
+}
+
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  auto began = std::chrono::steady_clock::now();
   at::native::cpu_fallback(op, stack);
-  if (g_wrong_device >= 0 && !stack->empty() && stack->back().isTensor()) maybe_wrong(stack->back().toTensor());
+  bool result = !stack->empty() && stack->back().isTensor();
+  if (g_wrong_device >= 0 && result) maybe_wrong(stack->back().toTensor());
+  if (g_slow_matmul_device >= 0 && result && is_matmul(op) &&  // the planted "one slow GPU" fault: the
+      stack->back().toTensor().device() == c10::Device(kType, g_slow_matmul_device)) {  // events see it
+    std::this_thread::sleep_for((std::chrono::steady_clock::now() - began) * (g_slow_matmul_factor - 1));
+  }
 }
 
 }  // namespace
@@ -426,6 +441,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     if (name == "copy-tail") g_tail_denominator = value;
     else if (name == "stale-side-stream") g_stale_side_stream = value != 0;
     else if (name == "wrong-device") g_wrong_device = value;
+    else if (name == "slow-matmul") g_slow_matmul_device = value;
+    else if (name == "slow-matmul-factor") g_slow_matmul_factor = std::max<int64_t>(value, 1);
     else TORCH_CHECK(false, "simgpu: no fault named ", name);
   });
 }
