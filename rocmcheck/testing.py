@@ -40,13 +40,14 @@ class InlineResult:
     traceback: str = ""  # of the exception that ended it, for fail and error
 
 
-def run_inline(probe_id: str, device: str = "cpu", inject: Optional[str] = None, **params: Any) -> InlineResult:
+def run_inline(probe_id: str, device: str = "cpu", inject: Optional[str] = None, duration: Optional[float] = None,
+               **params: Any) -> InlineResult:
     """Run probe `probe_id` once on `device` in this process and return how it ended.
 
     `params` choose the variant: given ones override the probe's first variant's. `inject` is a
-    fault spec as for `--inject`. The probe's `requires` are checked as the runner checks them.
-    The probe library and the folders in ROCMCHECK_PROBES_PATH are loaded first; an unknown probe
-    or fault is a UsageError.
+    fault spec as for `--inject`; `duration` the budget of a level 2 or 3 variant, as `--duration`.
+    The probe's `requires` are checked as the runner checks them. The probe library and the
+    folders in ROCMCHECK_PROBES_PATH are loaded first; an unknown probe or fault is a UsageError.
     """
     registry.load_all()
     spec = registry.get(probe_id)
@@ -62,7 +63,7 @@ def run_inline(probe_id: str, device: str = "cpu", inject: Optional[str] = None,
     if reason:
         return InlineResult(Status.SKIP, reason, {}, ())
     ctx = ProbeContext(device=device, requested_device=device, params={**spec.variants[0], **params},
-                       timeout=spec.timeout)
+                       timeout=spec.timeout, duration=duration)
     with faults.reverting():
         installed = faults.install(requests, probe_id)
         ended = ctx.call(spec.func, catching=Exception)  # Ctrl-C and sys.exit stay the caller's

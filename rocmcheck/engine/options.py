@@ -14,11 +14,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import UsageError
+from ..model import LEVEL_BUDGETS_S
 from .killpolicy import KillPolicy
 
 ISOLATIONS = ("zygote", "spawn")
@@ -57,6 +59,30 @@ def whole(text: str) -> int:
     if not str(text).isdigit():
         raise ValueError(f"must be a whole number, not '{text}'")
     return int(text)
+
+
+MAX_DURATION_S = 7 * 24 * 3600.0  # a burn-in longer than a week is a typo
+_DURATION = re.compile(r"([0-9]*\.?[0-9]+)([smh]?)")
+
+
+LEVELS_TEXT = ", ".join(map(str, list(LEVEL_BUDGETS_S)[:-1])) + f" or {list(LEVEL_BUDGETS_S)[-1]}"  # "1, 2 or 3"
+
+
+def level(text: str) -> int:
+    if str(text) not in {str(n) for n in LEVEL_BUDGETS_S}:
+        raise ValueError(f"must be {LEVELS_TEXT}, not '{text}'")
+    return int(text)
+
+
+def duration(text: str) -> float:
+    """Seconds, or minutes and hours with a unit (90, 90s, 15m, 2h), from 1 s to a week."""
+    found = _DURATION.fullmatch(str(text).strip())
+    if not found:
+        raise ValueError(f"must be seconds (or 15m, 2h), not '{text}'")
+    seconds = float(found.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[found.group(2)]
+    if not 1 <= seconds <= MAX_DURATION_S:
+        raise ValueError(f"must be from 1 s to {MAX_DURATION_S / 86400:g} days, not '{text}'")
+    return seconds
 
 
 def isolation(text: str) -> str:
@@ -115,6 +141,12 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
     Option("gate_only", "only variants in the gate (gate profile)", action="store_true", ini="bool"),
     Option("expect_gpus", "fail when torch sees fewer than N GPUs", "N", whole, "a whole number",
            env="ROCMCHECK_EXPECT_GPUS", at_parse=True),
+    Option("level", f"how long probes with levels (sdc) work per GPU: 1 ({LEVEL_BUDGETS_S[1]:g} s, the gate's), 2 "
+           f"(about {LEVEL_BUDGETS_S[2] / 60:g} minutes of sustained work), 3 (a burn-in of --duration, default "
+           f"{LEVEL_BUDGETS_S[3] / 60:g} minutes); default 1", "N", level,
+           LEVELS_TEXT, ini="string", at_parse=True),
+    Option("duration", "the budget per GPU of --level 2 or 3: seconds, or 15m, 2h (1 s to 7 days)", "D", duration,
+           "seconds from 1 to a week (or 15m, 2h)", ini="string", at_parse=True),
     Option("baseline", "report (.json) or journal (.jsonl) of an earlier run: only regressions against it fail",
            "FILE", ini="string"),
 )}
@@ -167,13 +199,17 @@ class Given:
     named: str = "--{dashed}"
     ini: Mapping[str, Any] = field(default_factory=dict)
 
+    def flag(self, name: str) -> str:
+        """How this front-end names option `name` (`--level`, `--rocm-level`, `rocmcheck.gate(level=...)`)."""
+        return self.named.format(name=name, dashed=name.replace("_", "-"))
+
     def value(self, name: str) -> Any:
         """Option `name`: the command line over the environment over the ini file, checked
         (None when none of them sets it; an empty environment variable does not)."""
         if name not in self.command_line:
             return None
         option = OPTIONS[name]
-        flag = self.named.format(name=name, dashed=name.replace("_", "-"))
+        flag = self.flag(name)
         from_env = os.environ.get(option.env, "") if option.env else ""
         for value, where in ((self.command_line.get(name), flag), (from_env, f"${option.env}"),
                              (self.ini.get(name), f"ini option rocm_{name}")):
@@ -207,6 +243,8 @@ class RunOptions:
     kill_policy: KillPolicy = KillPolicy()  # how a hung child is ended, and how long its tree may take to go
     needs_torch: bool = True  # False for `rocmcheck env`, which reports a missing torch as a fact
     expect_gpus: Optional[int] = None  # fewer GPUs seen fails gpu-visible (a fleet's node check)
+    level: int = 1  # which variants of probes with levels run (`--level`), and so their budget
+    duration: Optional[float] = None  # `--duration`: the budget per GPU of level 2 or 3 in place of its default
 
     @classmethod
     def build(cls, given: Given, folders: Optional[Mapping[str, Optional[Path]]] = None,
@@ -226,8 +264,12 @@ class RunOptions:
         options = cls(device=given.value("device") or "auto", isolation=given.value("isolation") or default_isolation(),
                       timeout=given.value("timeout"), first_use_timeout=given.value("first_use_timeout"),
                       inject=given.value("inject") or "", probes_paths=probes_paths,
-                      expect_gpus=given.value("expect_gpus"),
+                      expect_gpus=given.value("expect_gpus"), level=given.value("level") or 1,
+                      duration=given.value("duration"),
                       profile=profile or ("gate" if given.value("gate_only") else "full"), **fixed)
+        if options.duration is not None and options.level < 2:
+            raise UsageError(f"{given.flag('duration')} is the budget of level 2 or 3: add {given.flag('level')} 2 "
+                             f"or 3 (level 1, the gate's, works {LEVEL_BUDGETS_S[1]:g} s per GPU)")
         known_issues.entries()  # a broken file is bad input now, not at the first failure
         if options.device.startswith("simgpu:"):  # else the run would look for cuda:N and say it is not present
             from .. import faults

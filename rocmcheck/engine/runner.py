@@ -28,7 +28,7 @@ from ..errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from ..host import fingerprint, hostgpu, kernellog
 from ..knowledge import known_issues
 from ..knowledge.signatures import BY_MEANING, signatures
-from ..model import DeviceInfo, RunsIn, Status, Variant, Verdict, preloads
+from ..model import DeviceInfo, RunsIn, Status, Variant, Verdict, level_budget, preloads
 from ..outputs.storage import Journal, Output, journal_path, new_run_id, write_outputs
 from ..records import BEFORE_FIRST, SCHEMA, SCHEMA_VERSION, Report, RunInfo, where_interrupted
 from ..safetext import clean, clean_env, clean_tree
@@ -227,7 +227,9 @@ class Runner:
             return not_run(variant, reason)
         if spec.runs_in is RunsIn.PARENT:
             return self._run_in_parent(variant, device)
-        timeout = timeout or self.opts.timeout or spec.timeout
+        # a variant with a level works for its budget, beyond the timeout that bounds the rest
+        budget = level_budget(variant.params, self.opts.duration) or 0.0
+        timeout = (timeout or self.opts.timeout or spec.timeout) + budget
         variant_env = {**variant.env(), **(env or {})}
         log_since = kernellog.now()
         verdict = self._run_task(variant, device, timeout, variant_env, alone)
@@ -245,8 +247,8 @@ class Runner:
     def _variant_task(self, variant: Variant, device: DeviceInfo, timeout: float) -> Task:
         return self._task(probe=variant.spec.id, variant=variant.id, params=variant.params, device=device.name,
                           device_requested=self.opts.device, device_facts=self.facts,
-                          expect_gpus=self.opts.expect_gpus, profile=self.opts.profile, timeout=timeout,
-                          first_use_limit=self.first_use_limit())
+                          expect_gpus=self.opts.expect_gpus, duration=self.opts.duration, profile=self.opts.profile,
+                          timeout=timeout, first_use_limit=self.first_use_limit())
 
     def _run_task(self, variant: Variant, device: DeviceInfo, timeout: float, env: Dict[str, str],
                   alone: bool) -> Verdict:
