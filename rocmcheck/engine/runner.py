@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
-from .. import __version__, faults, registry, torchapi
+from .. import __version__, agreement, faults, registry, torchapi
 from ..context import ProbeContext
 from ..errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from ..host import fingerprint, hostgpu, kernellog
@@ -404,6 +404,26 @@ class Runner:
             raise
         if errors:
             raise errors[0]
+        self.judge_node()
+
+    def judge_node(self) -> None:
+        """Once every GPU ran: the node check of the deterministic workload's hashes
+        (`agreement.node_check`). A GPU it names gets its verdict again, now failing, in the
+        journal (the later record of a variant on a GPU replaces the earlier) and the report; a
+        live line where its status changed, else a note."""
+        changed, notes = agreement.node_check(self.verdicts)
+        for text in notes:
+            self.note(text)
+        for verdict in changed:
+            known_issues.annotate(verdict, self.fingerprint_cache)
+            before = next(v for v in self.verdicts if (v.variant, v.device) == (verdict.variant, verdict.device))
+            self.verdicts[self.verdicts.index(before)] = verdict
+            self._journal({"record": "verdict", "verdict": verdict.to_dict()})
+            if verdict.status is before.status:
+                added = verdict.message[len(before.message):].lstrip("; ")
+                self.note(f"{verdict.variant} on {verdict.device.get('name')}: {added}")
+            else:
+                self.on_verdict(verdict)
 
     @contextlib.contextmanager
     def running(self, what: str) -> Iterator[None]:
