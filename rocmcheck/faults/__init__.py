@@ -67,13 +67,19 @@ class Fault:
     needs: Optional[str] = None  # another fault that must be in the same spec
     whole_run: bool = False  # the same for every probe (the simulated device, an older torch's API): a worker
     # installs it once; a task that meets any other fault before its probe starts runs in a child of its own
+    parse_arg: Optional[Callable[[str], Any]] = None  # ARG -> its value, ValueError when bad (in place of a number)
 
     def check_arg(self, arg: Optional[str]) -> None:
-        """ARG must match one of `choices` (globs allowed); with none, `args` names a whole
-        number; a fault without `args` takes no ARG. Raises UsageError."""
+        """ARG must match one of `choices` (globs allowed); with none, what `parse_arg` accepts, else
+        `args` names a whole number; a fault without `args` takes no ARG. Raises UsageError."""
         if arg is None:
             return
-        if self.choices:
+        if self.parse_arg is not None:
+            try:
+                self.parse_arg(arg)
+            except ValueError:
+                raise UsageError(f"fault '{self.name}' takes {self.args}, not '{arg}'") from None
+        elif self.choices:
             if not any(fnmatch.fnmatchcase(c, arg) for c in self.choices):
                 raise UsageError(f"fault '{self.name}' takes {'|'.join(self.choices)}, not '{arg}'")
         elif not self.args:
@@ -84,7 +90,8 @@ class Fault:
 
 def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_facts: bool = False,
           in_probe: bool = False, prepare: Optional[Callable[[Optional[str]], None]] = None,
-          needs: Optional[str] = None, whole_run: bool = False) -> Callable[
+          needs: Optional[str] = None, whole_run: bool = False,
+          parse_arg: Optional[Callable[[str], Any]] = None) -> Callable[
         [Callable[[Optional[str]], None]], Callable[[Optional[str]], None]]:
     """Register `install(arg)` as fault `name`; it runs in the child before the probe.
 
@@ -95,12 +102,13 @@ def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_
     probe would meet it, after runtime init, and its hang is bounded by the probe's timeout.
     `prepare(arg)` runs in the parent before any child (a build, say); `needs` names a fault
     the spec must also hold. `whole_run`: the fault sets up the whole run alike for every probe,
-    so probes meeting it may share a worker child.
+    so probes meeting it may share a worker child. `parse_arg(ARG)` checks an ARG that is neither
+    a choice nor a whole number (a rate, `IDX:RATE`), raising ValueError when it is bad.
     """
 
     def register(install: Callable[[Optional[str]], None]) -> Callable[[Optional[str]], None]:
         _FAULTS[name] = Fault(name, help, install, args or "|".join(choices), tuple(choices), in_facts, in_probe,
-                              prepare, needs, whole_run)
+                              prepare, needs, whole_run, parse_arg)
         return install
 
     return register

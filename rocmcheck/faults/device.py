@@ -11,6 +11,7 @@ from typing import Optional
 from .. import simgpu
 from ..errors import UsageError
 from . import fault
+from .data import per_call_rate
 
 DEFAULT_COUNT = 2
 
@@ -46,3 +47,25 @@ def _stale_side_stream(arg: Optional[str]) -> None:
        "result it computes is off; copies and the other GPUs stay right", args="GPU index", needs="simgpu")
 def _wrong_device(arg: Optional[str]) -> None:
     simgpu.set_fault("wrong-device", int(arg or 1))
+
+
+def _flip_target(arg: str) -> "tuple":
+    """IDX:RATE -> (GPU index, rate per call); ValueError when either is bad."""
+    index, colon, rate = arg.partition(":")
+    if not (index.isdigit() and colon):
+        raise ValueError(f"IDX:RATE, not {arg}")
+    return int(index), per_call_rate(rate)
+
+
+@fault("simgpu-bitflip", "simulated GPU ARG (default 1) flips the lowest mantissa bit of one element of every matrix "
+       "product it computes (mm, bmm, addmm, baddbmm: those inside attention and backward too): a one-ulp silent "
+       "error that only a bitwise check sees", args="GPU index", needs="simgpu")
+def _bitflip(arg: Optional[str]) -> None:
+    simgpu.set_bitflip(int(arg or 1), 1.0)
+
+
+@fault("simgpu-bitflip-rate", "as simgpu-bitflip, now and then: each matrix product on simulated GPU IDX flips one "
+       "low bit with probability RATE (a fault that load and time bring out)", args="IDX:RATE, RATE above 0 and "
+       "at most 1", needs="simgpu", parse_arg=_flip_target)
+def _bitflip_rate(arg: Optional[str]) -> None:
+    simgpu.set_bitflip(*_flip_target(arg or ""))

@@ -34,7 +34,8 @@ SOURCE = Path(__file__).with_name("simgpu.cpp")
 CACHE_ENV = "ROCMCHECK_SIMGPU_CACHE"
 INIT_ENV = "ROCMCHECK_SIMGPU_INIT_S"  # seconds each process's first device initialisation costs
 INIT_LOG_ENV = "ROCMCHECK_SIMGPU_INIT_LOG"  # a file each process's device initialisation appends its pid to
-FAULTS = ("copy-tail", "stale-side-stream", "wrong-device")  # planted in the device (simgpu.cpp set_fault)
+# planted in the device (simgpu.cpp's set_fault, and set_bitflip)
+FAULTS = ("copy-tail", "stale-side-stream", "wrong-device", "bitflip")
 _ext: Optional[ModuleType] = None
 
 
@@ -281,3 +282,9 @@ def enable(count: int = 2, init_seconds: Optional[float] = None) -> ModuleType:
 def set_fault(name: str, value: int = 1) -> None:
     """Plant a fault in the device, below torch (see FAULTS); value 0 (-1 for wrong-device) removes it."""
     build().set_fault(name, value)
+
+
+def set_bitflip(index: int, rate: float = 1.0) -> None:
+    """Make simulated GPU `index` flip the lowest mantissa bit of one element of a matrix product's
+    result, in each product with probability `rate` (-1 as index removes it)."""
+    build().set_bitflip(index, rate)

@@ -25,6 +25,8 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -56,6 +58,10 @@ std::atomic<StreamId> g_next_stream{1};
 int64_t g_tail_denominator = 0;
 bool g_stale_side_stream = false;
 int64_t g_wrong_device = -1;
+// One device whose matrix products (mm, bmm, addmm, baddbmm, addbmm) come back with the lowest bit of one
+// element flipped: in every product (rate 1) or in each with probability rate (-1 = none).
+int64_t g_flip_device = -1;
+double g_flip_rate = 1.0;
 std::mutex& g_stale_mu = *new std::mutex();
 auto& g_stale = *new std::unordered_map<StreamId, std::vector<char>>();
 
@@ -288,6 +294,32 @@ void maybe_wrong(const at::Tensor& result) {  // the planted "one device compute
   first.add_(first.abs() + 1);
 }
 
+bool is_product(const c10::OperatorHandle& op) {
+  static const auto& names = *new std::set<std::string>{"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm",
+                                                         "aten::addbmm", "aten::_addmm_activation"};
+  return names.count(op.schema().name()) > 0;
+}
+
+void maybe_flip(const at::Tensor& result) {  // the planted "silent one-bit error" fault: the middle element
+  if (g_flip_device < 0 || !result.defined() || result.device().type() != kType ||
+      result.device().index() != g_flip_device || result.numel() == 0 || !result.is_floating_point())
+    return;
+  if (g_flip_rate < 1.0) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    if (std::uniform_real_distribution<double>(0.0, 1.0)(rng) >= g_flip_rate) return;
+  }
+  auto element = as_cpu(result);
+  int64_t rest = element.numel() / 2;
+  std::vector<int64_t> index(element.dim());
+  for (int64_t d = element.dim() - 1; d >= 0; --d) {
+    index[d] = rest % element.size(d);
+    rest /= element.size(d);
+  }
+  for (auto i : index) element = element.select(0, i);
+  auto bits = element.element_size() == 2 ? at::kShort : element.element_size() == 4 ? at::kInt : at::kLong;
+  element.view(bits).bitwise_xor_(1);
+}
+
 at::Tensor empty(c10::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
                  std::optional<c10::Device> device, std::optional<bool>, std::optional<c10::MemoryFormat> format) {
   lazy_init();  // every device tensor begins here
@@ -369,7 +401,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
 
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::native::cpu_fallback(op, stack);
-  if (g_wrong_device >= 0 && !stack->empty() && stack->back().isTensor()) maybe_wrong(stack->back().toTensor());
+  if (stack->empty() || !stack->back().isTensor()) return;
+  if (g_wrong_device >= 0) maybe_wrong(stack->back().toTensor());
+  if (g_flip_device >= 0 && is_product(op)) maybe_flip(stack->back().toTensor());
 }
 
 }  // namespace
@@ -427,5 +461,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     else if (name == "stale-side-stream") g_stale_side_stream = value != 0;
     else if (name == "wrong-device") g_wrong_device = value;
     else TORCH_CHECK(false, "simgpu: no fault named ", name);
+  });
+  m.def("set_bitflip", [](int64_t device, double rate) {
+    g_flip_device = device;
+    g_flip_rate = rate;
   });
 }
