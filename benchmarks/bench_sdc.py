@@ -26,7 +26,7 @@ import pytest
 
 from rocmcheck import simgpu
 from rocmcheck.cli import main
-from rocmcheck.model import LEVEL_BUDGETS_S
+from rocmcheck.engine.options import LEVEL_BUDGETS_S
 
 RATE = 2e-5  # per matrix product; ~1400 products a second on one simulated GPU here: lambda ~ 3.4 in 120 s
 CASES = {  # name -> (level, --duration, rate (None: no fault), runs)

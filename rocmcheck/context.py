@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, NoReturn, Optio
 from . import torchapi
 from .errors import Hang, Outcome, ProbeFailure, Skip
 from .markers import TaskFiles
-from .model import SPEED_MEASUREMENTS, SpeedFigure, level_budget
+from .model import SPEED_MEASUREMENTS, SpeedFigure
 
 TF32_OVERRIDE_ENV = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
 
@@ -78,7 +78,8 @@ class ProbeContext:
     files: Optional[TaskFiles] = None  # the task's files, whose markers the watchdog reads (None outside a child)
     baseline: Any = None  # what the probe's `baseline()` read before the run's first probe (a parent-run probe)
     started: float = field(default_factory=time.time)  # wall clock when the task started: deadlines run from here
-    duration: Optional[float] = None  # `--duration`: the budget of a level 2 or 3 variant (see `budget_s`)
+    budget_s: Optional[float] = None  # a variant with a level: its seconds of work from `started` (`--level`,
+    # `--duration`); None for the others
 
     @property
     def on_gpu(self) -> bool:
@@ -98,12 +99,6 @@ class ProbeContext:
     @property
     def full(self) -> bool:
         return self.profile == "full"
-
-    @property
-    def budget_s(self) -> Optional[float]:
-        """Seconds of work this variant is given, from `started` (its level's, or `--duration`);
-        None for a variant without a `level` parameter."""
-        return level_budget(self.params, self.duration)
 
     def skip(self, reason: str) -> NoReturn:
         """End the probe as `skip` with `reason`."""

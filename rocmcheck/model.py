@@ -329,20 +329,6 @@ def workload_hashes(verdict: "Verdict") -> Optional[WorkloadHashes]:
         return None
 
 
-# Levels, as DCGM's diagnostics (seconds, about two minutes, a burn-in): the seconds of sustained work per GPU
-# of a variant whose parameters hold `level` (`rocmcheck run --level N` chooses them; the gate runs level 1);
-# `--duration` replaces the budget of levels 2 and 3. The runner adds a variant's budget to its timeout.
-LEVEL_BUDGETS_S: Dict[int, float] = {1: 2.0, 2: 120.0, 3: 900.0}
-
-
-def level_budget(params: Mapping[str, Any], duration: Optional[float] = None) -> Optional[float]:
-    """The seconds of work a variant with parameters `params` is given (None: it has no level)."""
-    level = params.get("level")
-    if level is None:
-        return None
-    return duration if duration is not None and level > 1 else LEVEL_BUDGETS_S[level]
-
-
 def preloads(variants: Sequence["Variant"]) -> List[str]:
     """The modules the selected variants' probes ask the zygote to import once."""
     return sorted({module for v in variants for module in v.spec.preload})

@@ -19,6 +19,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from . import faults, registry, torchapi
 from .context import ProbeContext
+from .engine.options import level_budget
 from .engine.verdicts import outcome
 from .errors import UsageError
 from .lazy import torch
@@ -62,8 +63,9 @@ def run_inline(probe_id: str, device: str = "cpu", inject: Optional[str] = None,
     reason = spec.requires.unmet(_device_info(device), sys.platform)
     if reason:
         return InlineResult(Status.SKIP, reason, {}, ())
-    ctx = ProbeContext(device=device, requested_device=device, params={**spec.variants[0], **params},
-                       timeout=spec.timeout, duration=duration)
+    chosen = {**spec.variants[0], **params}
+    ctx = ProbeContext(device=device, requested_device=device, params=chosen, timeout=spec.timeout,
+                       budget_s=level_budget(chosen, duration))
     with faults.reverting():
         installed = faults.install(requests, probe_id)
         ended = ctx.call(spec.func, catching=Exception)  # Ctrl-C and sys.exit stay the caller's

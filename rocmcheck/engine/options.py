@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import UsageError
-from ..model import LEVEL_BUDGETS_S
 from .killpolicy import KillPolicy
 
 ISOLATIONS = ("zygote", "spawn")
@@ -61,6 +60,10 @@ def whole(text: str) -> int:
     return int(text)
 
 
+# Levels, as DCGM's diagnostics (seconds, about two minutes, a burn-in): the seconds of sustained work per GPU
+# of a variant whose parameters hold `level` (`--level N` chooses them; the gate runs level 1); `--duration`
+# replaces the budget of levels 2 and 3. The runner gives a variant its budget (`ctx.budget_s`) beyond its timeout.
+LEVEL_BUDGETS_S: Dict[int, float] = {1: 2.0, 2: 120.0, 3: 900.0}
 MAX_DURATION_S = 7 * 24 * 3600.0  # a burn-in longer than a week is a typo
 _DURATION = re.compile(r"([0-9]*\.?[0-9]+)([smh]?)")
 
@@ -72,6 +75,14 @@ def level(text: str) -> int:
     if str(text) not in {str(n) for n in LEVEL_BUDGETS_S}:
         raise ValueError(f"must be {LEVELS_TEXT}, not '{text}'")
     return int(text)
+
+
+def level_budget(params: Mapping[str, Any], duration: Optional[float] = None) -> Optional[float]:
+    """The seconds of work a variant with parameters `params` is given (None: it has no level)."""
+    level = params.get("level")
+    if level is None:
+        return None
+    return duration if duration is not None and level > 1 else LEVEL_BUDGETS_S[level]
 
 
 def duration(text: str) -> float:

@@ -28,14 +28,14 @@ from ..errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from ..host import fingerprint, hostgpu, kernellog
 from ..knowledge import known_issues
 from ..knowledge.signatures import BY_MEANING, signatures
-from ..model import DeviceInfo, RunsIn, Status, Variant, Verdict, level_budget, preloads
+from ..model import DeviceInfo, RunsIn, Status, Variant, Verdict, preloads
 from ..outputs.storage import Journal, Output, journal_path, new_run_id, write_outputs
 from ..records import BEFORE_FIRST, SCHEMA, SCHEMA_VERSION, Report, RunInfo, where_interrupted
 from ..safetext import clean, clean_env, clean_tree
 from . import devices
 from .devices import GPU_VISIBLE
 from .isolation import Isolation
-from .options import FIRST_USE_LIMIT_S, RunOptions
+from .options import FIRST_USE_LIMIT_S, RunOptions, level_budget
 from .task import Task, TaskResult
 from .verdicts import assemble, confirmed, end_summary, not_run, outcome, read_text
 from .watchdog import ChildEnd
@@ -247,8 +247,8 @@ class Runner:
     def _variant_task(self, variant: Variant, device: DeviceInfo, timeout: float) -> Task:
         return self._task(probe=variant.spec.id, variant=variant.id, params=variant.params, device=device.name,
                           device_requested=self.opts.device, device_facts=self.facts,
-                          expect_gpus=self.opts.expect_gpus, duration=self.opts.duration, profile=self.opts.profile,
-                          timeout=timeout, first_use_limit=self.first_use_limit())
+                          expect_gpus=self.opts.expect_gpus, budget_s=level_budget(variant.params, self.opts.duration),
+                          profile=self.opts.profile, timeout=timeout, first_use_limit=self.first_use_limit())
 
     def _run_task(self, variant: Variant, device: DeviceInfo, timeout: float, env: Dict[str, str],
                   alone: bool) -> Verdict:
