@@ -22,8 +22,9 @@ are in pyproject.toml, the picture in docs/architecture.md):
     host/                    host facts read from files and the driver: GPUs, fingerprint, node health
     registry, context, markers, faults/, simgpu/, torchapi, numeric, lazy
                              the probe API: what a probe (probes/, shipped as rocmcheck.probes) uses
-    model, errors, jsonsafe, redact, safetext
-                             the core: the vocabulary (statuses, verdicts, exit codes), redaction
+    model, errors, jsonsafe, redact, safetext, agreement
+                             the core: the vocabulary (statuses, verdicts, exit codes), redaction,
+                             bitwise agreement of deterministic work between a node's GPUs
 """
 from __future__ import annotations
 

@@ -78,6 +78,8 @@ class ProbeContext:
     files: Optional[TaskFiles] = None  # the task's files, whose markers the watchdog reads (None outside a child)
     baseline: Any = None  # what the probe's `baseline()` read before the run's first probe (a parent-run probe)
     started: float = field(default_factory=time.time)  # wall clock when the task started: deadlines run from here
+    budget_s: Optional[float] = None  # a variant with a level: its seconds of work from `started` (`--level`,
+    # `--duration`); None for the others
 
     @property
     def on_gpu(self) -> bool:

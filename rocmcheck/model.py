@@ -293,6 +293,9 @@ def speed_figures(verdict: "Verdict") -> Dict[str, SpeedFigure]:
 
 
 SDC_MEASUREMENTS = "sdc"  # Verdict.measurements[SDC_MEASUREMENTS]: WorkloadHashes.to_dict()
+# Verdict.measurements[SDC_EXACT]: {"ops": the ops with an exact answer, "wrong": those this GPU got wrong}; where
+# two GPUs disagree with no majority, the one with a wrong exact answer is the faulty one (rocmcheck.agreement)
+SDC_EXACT = "sdc_exact"
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ MATRIX_HELP = ("run every rocmcheck probe variant as a test item; write the matr
                "(default reports/). Write --rocm-matrix=DIR: a bare `--rocm-matrix DIR` also takes DIR")
 HTML_HELP = "with --rocm-matrix: also write the run's matrix as one self-contained HTML page to FILE"
 SHARED = ("device", "timeout", "first_use_timeout", "isolation", "probes_path", "gate_only", "baseline",
-          "inject")  # rocmcheck.engine.options
+          "inject", "level", "duration")  # rocmcheck.engine.options
 
 KEY = pytest.StashKey["MatrixPlugin"]()
 
@@ -242,7 +242,7 @@ class MatrixPlugin:
                 f"{config.getoption('dist')} cannot promise: add --dist loadgroup (the probe items carry "
                 f"xdist_group('{XDIST_GROUP}')), or use loadscope or loadfile")
         self.variants = select(registry.load_all(settings.options.probes_paths),
-                               gate_only=settings.options.profile == "gate")
+                               gate_only=settings.options.profile == "gate", level=settings.options.level)
         self.baseline: Optional["Report"] = None
         self.baseline_statuses: Dict[str, str] = {}
         if settings.baseline is not None:

@@ -19,6 +19,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from . import faults, registry, torchapi
 from .context import ProbeContext
+from .engine.options import level_budget
 from .engine.verdicts import outcome
 from .errors import UsageError
 from .lazy import torch
@@ -40,13 +41,14 @@ class InlineResult:
     traceback: str = ""  # of the exception that ended it, for fail and error
 
 
-def run_inline(probe_id: str, device: str = "cpu", inject: Optional[str] = None, **params: Any) -> InlineResult:
+def run_inline(probe_id: str, device: str = "cpu", inject: Optional[str] = None, duration: Optional[float] = None,
+               **params: Any) -> InlineResult:
     """Run probe `probe_id` once on `device` in this process and return how it ended.
 
     `params` choose the variant: given ones override the probe's first variant's. `inject` is a
-    fault spec as for `--inject`. The probe's `requires` are checked as the runner checks them.
-    The probe library and the folders in ROCMCHECK_PROBES_PATH are loaded first; an unknown probe
-    or fault is a UsageError.
+    fault spec as for `--inject`; `duration` the budget of a level 2 or 3 variant, as `--duration`.
+    The probe's `requires` are checked as the runner checks them. The probe library and the
+    folders in ROCMCHECK_PROBES_PATH are loaded first; an unknown probe or fault is a UsageError.
     """
     registry.load_all()
     spec = registry.get(probe_id)
@@ -61,8 +63,9 @@ def run_inline(probe_id: str, device: str = "cpu", inject: Optional[str] = None,
     reason = spec.requires.unmet(_device_info(device), sys.platform)
     if reason:
         return InlineResult(Status.SKIP, reason, {}, ())
-    ctx = ProbeContext(device=device, requested_device=device, params={**spec.variants[0], **params},
-                       timeout=spec.timeout)
+    chosen = {**spec.variants[0], **params}
+    ctx = ProbeContext(device=device, requested_device=device, params=chosen, timeout=spec.timeout,
+                       budget_s=level_budget(chosen, duration))
     with faults.reverting():
         installed = faults.install(requests, probe_id)
         ended = ctx.call(spec.func, catching=Exception)  # Ctrl-C and sys.exit stay the caller's

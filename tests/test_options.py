@@ -32,8 +32,13 @@ NOT_POSITIVE = "must be a finite positive number of seconds, not '0'"
     (Given({"device": "gpu7"}), {}, "--device must be auto, all, cpu or cuda:N[,M...], not 'gpu7'"),
     (Given({"inject": None}), {"ROCMCHECK_INJECT": "melt"}, "unknown fault 'melt' (see: rocmcheck list --faults)"),
     (Given({"probes_path": ["/no/such/dir"]}), {}, "probes path '/no/such/dir' is not a readable directory"),
+    (Given({"level": "0"}, PYTEST), {}, "--rocm-level must be 1, 2 or 3, not '0'"),
+    (Given({"level": None, "duration": None}, PYTEST, {"duration": "1e9"}), {},
+     "ini option rocm_duration must be seconds from 1 to a week (or 15m, 2h), not '1e9'"),
+    (Given({"level": "1", "duration": "15m"}, PYTEST), {},
+     "--rocm-duration is the budget of level 2 or 3: add --rocm-level 2 or 3 (level 1, the gate's, works 2 s per GPU)"),
 ], ids=["flag", "pytest-flag", "ini", "gate-argument", "first-use", "env", "ini-isolation", "device", "env-fault",
-        "probes-path"])
+        "probes-path", "level", "ini-duration", "duration-without-level"])
 def test_a_bad_value_is_one_line_naming_where_it_came_from(monkeypatch, given, env, message):
     for key, value in env.items():
         monkeypatch.setenv(key, value)

@@ -34,7 +34,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                        maxcolwidths=[None, FAULT_ARG_WIDTH, FAULT_HELP_WIDTH]))
         print("\nInject with --inject NAME[:ARG][@PROBE_GLOB][,...] or $" + INJECT_ENV)
         return ExitCode.OK
-    variants = select(specs, args.probe, args.keyword, gate_only=args.gate_only)
+    variants = select(specs, args.probe, args.keyword, gate_only=args.gate_only, level=None)
     rows = [[v.id, "gate" if v.in_gate() else "full", f"{v.spec.timeout:g}s", _needs(v), short(v.spec.targets, 60)]
             for v in variants]
     print(tabulate(rows, headers=["variant", "profile", "timeout", "needs", "targets"], tablefmt="simple"))

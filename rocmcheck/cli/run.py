@@ -20,7 +20,7 @@ from .common import add_run_options, execute, exit_for, files, files_line, json_
 def register(sub: Any) -> None:
     p = sub.add_parser("run", help="run probes; live line per verdict, then the matrix")
     add_run_options(p, "run")
-    add_to_argparse(p, "gate_only")
+    add_to_argparse(p, "gate_only", "level", "duration")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("gate", help="the quick critical set: GO (exit 0) or NO-GO (exit 1)")
     add_run_options(p, "gate")
@@ -31,7 +31,8 @@ def register(sub: Any) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     opts = run_options(args, "run")
-    variants = select(registry.load_all(opts.probes_paths), args.probe, args.keyword, gate_only=args.gate_only)
+    variants = select(registry.load_all(opts.probes_paths), args.probe, args.keyword, gate_only=args.gate_only,
+                      level=opts.level)
     human = sys.stderr if json_to_stdout(args) else sys.stdout
     report = execute(opts, variants, human)
     print("\n" + terminal_matrix(report), file=human)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Tuple
@@ -57,6 +58,42 @@ def whole(text: str) -> int:
     if not str(text).isdigit():
         raise ValueError(f"must be a whole number, not '{text}'")
     return int(text)
+
+
+# Levels, as DCGM's diagnostics (seconds, about two minutes, a burn-in): the seconds of sustained work per GPU
+# of a variant whose parameters hold `level` (`--level N` chooses them; the gate runs level 1); `--duration`
+# replaces the budget of levels 2 and 3. The runner gives a variant its budget (`ctx.budget_s`) beyond its timeout.
+LEVEL_BUDGETS_S: Dict[int, float] = {1: 2.0, 2: 120.0, 3: 900.0}
+MAX_DURATION_S = 7 * 24 * 3600.0  # a burn-in longer than a week is a typo
+_DURATION = re.compile(r"([0-9]*\.?[0-9]+)([smh]?)")
+
+
+LEVELS_TEXT = ", ".join(map(str, list(LEVEL_BUDGETS_S)[:-1])) + f" or {list(LEVEL_BUDGETS_S)[-1]}"  # "1, 2 or 3"
+
+
+def level(text: str) -> int:
+    if str(text) not in {str(n) for n in LEVEL_BUDGETS_S}:
+        raise ValueError(f"must be {LEVELS_TEXT}, not '{text}'")
+    return int(text)
+
+
+def level_budget(params: Mapping[str, Any], duration: Optional[float] = None) -> Optional[float]:
+    """The seconds of work a variant with parameters `params` is given (None: it has no level)."""
+    level = params.get("level")
+    if level is None:
+        return None
+    return duration if duration is not None and level > 1 else LEVEL_BUDGETS_S[level]
+
+
+def duration(text: str) -> float:
+    """Seconds, or minutes and hours with a unit (90, 90s, 15m, 2h), from 1 s to a week."""
+    found = _DURATION.fullmatch(str(text).strip())
+    if not found:
+        raise ValueError(f"must be seconds (or 15m, 2h), not '{text}'")
+    seconds = float(found.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[found.group(2)]
+    if not 1 <= seconds <= MAX_DURATION_S:
+        raise ValueError(f"must be from 1 s to {MAX_DURATION_S / 86400:g} days, not '{text}'")
+    return seconds
 
 
 def isolation(text: str) -> str:
@@ -127,6 +164,12 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
     Option("slow_gpu", "what a GPU slower than the node's other GPUs of its model makes the run (a speed figure "
            "below 0.8 x their median): warn (the default) or nogo (fail: the gate says NO-GO)", "WHAT", slow_gpu,
            " or ".join(SLOW_GPU), env="ROCMCHECK_SLOW_GPU", choices=SLOW_GPU),
+    Option("level", f"how long probes with levels (sdc) work per GPU: 1 ({LEVEL_BUDGETS_S[1]:g} s, the gate's), 2 "
+           f"(about {LEVEL_BUDGETS_S[2] / 60:g} minutes of sustained work), 3 (a burn-in of --duration, default "
+           f"{LEVEL_BUDGETS_S[3] / 60:g} minutes); default 1", "N", level,
+           LEVELS_TEXT, ini="string", at_parse=True),
+    Option("duration", "the budget per GPU of --level 2 or 3: seconds, or 15m, 2h (1 s to 7 days)", "D", duration,
+           "seconds from 1 to a week (or 15m, 2h)", ini="string", at_parse=True),
     Option("baseline", "report (.json) or journal (.jsonl) of an earlier run: only regressions against it fail",
            "FILE", ini="string"),
 )}
@@ -179,13 +222,17 @@ class Given:
     named: str = "--{dashed}"
     ini: Mapping[str, Any] = field(default_factory=dict)
 
+    def flag(self, name: str) -> str:
+        """How this front-end names option `name` (`--level`, `--rocm-level`, `rocmcheck.gate(level=...)`)."""
+        return self.named.format(name=name, dashed=name.replace("_", "-"))
+
     def value(self, name: str) -> Any:
         """Option `name`: the command line over the environment over the ini file, checked
         (None when none of them sets it; an empty environment variable does not)."""
         if name not in self.command_line:
             return None
         option = OPTIONS[name]
-        flag = self.named.format(name=name, dashed=name.replace("_", "-"))
+        flag = self.flag(name)
         from_env = os.environ.get(option.env, "") if option.env else ""
         for value, where in ((self.command_line.get(name), flag), (from_env, f"${option.env}"),
                              (self.ini.get(name), f"ini option rocm_{name}")):
@@ -220,6 +267,8 @@ class RunOptions:
     needs_torch: bool = True  # False for `rocmcheck env`, which reports a missing torch as a fact
     expect_gpus: Optional[int] = None  # fewer GPUs seen fails gpu-visible (a fleet's node check)
     slow_gpu: str = "warn"  # what a GPU slower than its peers makes the run: warn, or nogo (its verdict fails)
+    level: int = 1  # which variants of probes with levels run (`--level`), and so their budget
+    duration: Optional[float] = None  # `--duration`: the budget per GPU of level 2 or 3 in place of its default
 
     @classmethod
     def build(cls, given: Given, folders: Optional[Mapping[str, Optional[Path]]] = None,
@@ -240,7 +289,11 @@ class RunOptions:
                       timeout=given.value("timeout"), first_use_timeout=given.value("first_use_timeout"),
                       inject=given.value("inject") or "", probes_paths=probes_paths,
                       expect_gpus=given.value("expect_gpus"), slow_gpu=given.value("slow_gpu") or "warn",
+                      level=given.value("level") or 1, duration=given.value("duration"),
                       profile=profile or ("gate" if given.value("gate_only") else "full"), **fixed)
+        if options.duration is not None and options.level < 2:
+            raise UsageError(f"{given.flag('duration')} is the budget of level 2 or 3: add {given.flag('level')} 2 "
+                             f"or 3 (level 1, the gate's, works {LEVEL_BUDGETS_S[1]:g} s per GPU)")
         known_issues.entries()  # a broken file is bad input now, not at the first failure
         speed.rows()  # and a broken speed spec table too
         if options.device.startswith("simgpu:"):  # else the run would look for cuda:N and say it is not present

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
-from .. import __version__, faults, registry, torchapi
+from .. import __version__, agreement, faults, registry, torchapi
 from ..context import ProbeContext
 from ..errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from ..host import fingerprint, hostgpu, kernellog
@@ -35,7 +35,7 @@ from ..safetext import clean, clean_env, clean_tree
 from . import devices
 from .devices import GPU_VISIBLE
 from .isolation import Isolation
-from .options import FIRST_USE_LIMIT_S, RunOptions
+from .options import FIRST_USE_LIMIT_S, RunOptions, level_budget
 from .task import Task, TaskResult
 from .verdicts import assemble, confirmed, end_summary, not_run, outcome, read_text
 from .watchdog import ChildEnd
@@ -227,7 +227,9 @@ class Runner:
             return not_run(variant, reason)
         if spec.runs_in is RunsIn.PARENT:
             return self._run_in_parent(variant, device)
-        timeout = timeout or self.opts.timeout or spec.timeout
+        # a variant with a level works for its budget, beyond the timeout that bounds the rest
+        budget = level_budget(variant.params, self.opts.duration) or 0.0
+        timeout = (timeout or self.opts.timeout or spec.timeout) + budget
         variant_env = {**variant.env(), **(env or {})}
         log_since = kernellog.now()
         verdict = self._run_task(variant, device, timeout, variant_env, alone)
@@ -245,8 +247,8 @@ class Runner:
     def _variant_task(self, variant: Variant, device: DeviceInfo, timeout: float) -> Task:
         return self._task(probe=variant.spec.id, variant=variant.id, params=variant.params, device=device.name,
                           device_requested=self.opts.device, device_facts=self.facts,
-                          expect_gpus=self.opts.expect_gpus, profile=self.opts.profile, timeout=timeout,
-                          first_use_limit=self.first_use_limit())
+                          expect_gpus=self.opts.expect_gpus, budget_s=level_budget(variant.params, self.opts.duration),
+                          profile=self.opts.profile, timeout=timeout, first_use_limit=self.first_use_limit())
 
     def _run_task(self, variant: Variant, device: DeviceInfo, timeout: float, env: Dict[str, str],
                   alone: bool) -> Verdict:
@@ -410,6 +412,26 @@ class Runner:
             raise
         if errors:
             raise errors[0]
+        self.check_agreement()
+
+    def check_agreement(self) -> None:
+        """Once every GPU ran: the node check of the deterministic workload's hashes
+        (`agreement.node_check`). A GPU it names gets its verdict again, now failing, in the
+        journal (the later record of a variant on a GPU replaces the earlier) and the report; a
+        live line where its status changed, else a note."""
+        changed, notes = agreement.node_check(self.verdicts)
+        for text in notes:
+            self.note(text)
+        for verdict in changed:
+            (verdict,) = known_issues.judged([verdict], self.fingerprint_cache, self.verdicts)
+            before = next(v for v in self.verdicts if (v.variant, v.device) == (verdict.variant, verdict.device))
+            self.verdicts[self.verdicts.index(before)] = verdict
+            self._journal({"record": "verdict", "verdict": verdict.to_dict()})
+            if verdict.status is before.status:
+                added = verdict.message[len(before.message):].lstrip("; ")
+                self.note(f"{verdict.variant} on {verdict.device.get('name')}: {added}")
+            else:
+                self.on_verdict(verdict)
 
     def judge_node(self, variants: Sequence[Variant]) -> None:
         """Once every GPU ran: a GPU slower than the node's others of its model (`speed.slow_figures`)

@@ -65,8 +65,10 @@ def keyword_matcher(expr: str) -> Callable[[str], bool]:
 
 
 def select(registry: Dict[str, ProbeSpec], probes: Iterable[str] = (), keyword: str = "",
-           gate_only: bool = False) -> List[Variant]:
-    """The variants to run, in registry order; an id glob that matches nothing is an error."""
+           gate_only: bool = False, level: Optional[int] = 1) -> List[Variant]:
+    """The variants to run, in registry order; an id glob that matches nothing is an error. Of a
+    probe with levels (a `level` parameter) only the variants of `level` run (`--level`; None:
+    every level, as `rocmcheck list` shows them)."""
     patterns = list(probes)
     for pattern in patterns:
         if not any(fnmatch.fnmatchcase(pid, pattern) for pid in registry):
@@ -78,6 +80,8 @@ def select(registry: Dict[str, ProbeSpec], probes: Iterable[str] = (), keyword: 
             continue
         for variant in registry[pid].expand():
             if gate_only and not variant.in_gate():
+                continue
+            if level is not None and variant.params.get("level", level) != level:
                 continue
             if match_kw(variant.id):
                 chosen.append(variant)

@@ -29,6 +29,7 @@ class Task:
     device_requested: str = "auto"  # what --device asked for
     device_facts: Dict[str, Any] = field(default_factory=dict)
     expect_gpus: Optional[int] = None
+    budget_s: Optional[float] = None  # a variant with a level: its seconds of work (`--level`, `--duration`)
     profile: str = "full"
     first_use_limit: Optional[float] = None  # None: the timeout bounds first use too
     probes_paths: List[str] = field(default_factory=list)

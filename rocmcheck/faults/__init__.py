@@ -67,27 +67,31 @@ class Fault:
     needs: Optional[str] = None  # another fault that must be in the same spec
     whole_run: bool = False  # the same for every probe (the simulated device, an older torch's API): a worker
     # installs it once; a task that meets any other fault before its probe starts runs in a child of its own
-    parts: int = 1  # how many whole numbers ARG may hold, colon-separated (IDX[:FACTOR])
+    parse_arg: Optional[Callable[[str], Any]] = None  # ARG -> its value, ValueError when bad (in place of a number)
 
     def check_arg(self, arg: Optional[str]) -> None:
-        """ARG must match one of `choices` (globs allowed); with none, `args` names a whole
-        number (up to `parts` of them, colon-separated); a fault without `args` takes no ARG.
-        Raises UsageError."""
+        """ARG must match one of `choices` (globs allowed); with none, what `parse_arg` accepts, else
+        `args` names a whole number; a fault without `args` takes no ARG. Raises UsageError."""
         if arg is None:
             return
-        if self.choices:
+        if self.parse_arg is not None:
+            try:
+                self.parse_arg(arg)
+            except ValueError:
+                raise UsageError(f"fault '{self.name}' takes {self.args}, not '{arg}'") from None
+        elif self.choices:
             if not any(fnmatch.fnmatchcase(c, arg) for c in self.choices):
                 raise UsageError(f"fault '{self.name}' takes {'|'.join(self.choices)}, not '{arg}'")
         elif not self.args:
             raise UsageError(f"fault '{self.name}' takes no argument (got '{arg}')")
-        elif not all(part.isdigit() for part in arg.split(":")) or arg.count(":") >= self.parts:
-            what = "a whole number" if self.parts == 1 else f"up to {self.parts} whole numbers"
-            raise UsageError(f"fault '{self.name}' takes {what} ({self.args}), not '{arg}'")
+        elif not arg.isdigit():
+            raise UsageError(f"fault '{self.name}' takes a whole number ({self.args}), not '{arg}'")
 
 
 def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_facts: bool = False,
           in_probe: bool = False, prepare: Optional[Callable[[Optional[str]], None]] = None,
-          needs: Optional[str] = None, whole_run: bool = False, parts: int = 1) -> Callable[
+          needs: Optional[str] = None, whole_run: bool = False,
+          parse_arg: Optional[Callable[[str], Any]] = None) -> Callable[
         [Callable[[Optional[str]], None]], Callable[[Optional[str]], None]]:
     """Register `install(arg)` as fault `name`; it runs in the child before the probe.
 
@@ -98,13 +102,13 @@ def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_
     probe would meet it, after runtime init, and its hang is bounded by the probe's timeout.
     `prepare(arg)` runs in the parent before any child (a build, say); `needs` names a fault
     the spec must also hold. `whole_run`: the fault sets up the whole run alike for every probe,
-    so probes meeting it may share a worker child. `parts`: ARG may hold that many whole numbers,
-    colon-separated.
+    so probes meeting it may share a worker child. `parse_arg(ARG)` checks an ARG that is neither
+    a choice nor a whole number (a rate, `IDX:RATE`), raising ValueError when it is bad.
     """
 
     def register(install: Callable[[Optional[str]], None]) -> Callable[[Optional[str]], None]:
         _FAULTS[name] = Fault(name, help, install, args or "|".join(choices), tuple(choices), in_facts, in_probe,
-                              prepare, needs, whole_run, parts)
+                              prepare, needs, whole_run, parse_arg)
         return install
 
     return register

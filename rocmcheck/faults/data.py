@@ -233,6 +233,36 @@ def _preferred_blas() -> Any:
     return preferred() if preferred is not None and torch.cuda.is_available() else None
 
 
+def per_call_rate(text: str) -> float:
+    """A probability per call, 0 < RATE <= 1 (ValueError otherwise)."""
+    value = float(text)
+    if not 0 < value <= 1:
+        raise ValueError(f"a rate per call must be above 0 and at most 1, not {text}")
+    return value
+
+
+@fault("bitflip", "matrix products (torch.matmul, @, mm, bmm, addmm, F.linear) come back with the lowest mantissa "
+                  "bit of one element flipped, in every call or with probability ARG per call: a one-ulp silent "
+                  "error no tolerance sees (the CPU's form of simgpu-bitflip; products inside torch's own kernels, "
+                  "attention and backward, are not reached)", args="rate per call, above 0 and at most 1 (default 1)",
+       parse_arg=per_call_rate)
+def _bitflip(arg: Optional[str]) -> None:
+    import random
+
+    import torch
+
+    chance = per_call_rate(arg) if arg else 1.0
+    draw = random.Random()  # seeded from the OS in this child: every run meets other calls
+
+    def flip(out: Any) -> Any:
+        if chance >= 1 or draw.random() < chance:
+            with torch.no_grad():
+                _flip_one(out)
+        return out
+
+    _patch_products(flip)
+
+
 @fault("matmul-nan", "matrix products return one NaN element (split-K NaN, rocm-libraries #9055); it lives in the "
                      "default BLAS library: off with TORCH_BLAS_PREFER_HIPBLASLT=0 or another "
                      "preferred_blas_library (https://github.com/pytorch/pytorch/pull/128753)")

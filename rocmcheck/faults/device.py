@@ -11,6 +11,7 @@ from typing import Optional
 from .. import simgpu
 from ..errors import UsageError
 from . import fault
+from .data import per_call_rate
 
 DEFAULT_COUNT = 2
 
@@ -51,11 +52,41 @@ def _wrong_device(arg: Optional[str]) -> None:
 SLOW_FACTOR = 3
 
 
+def _slow_target(arg: str) -> "tuple":
+    """IDX[:FACTOR] -> (GPU index, slowdown factor); ValueError when either is not a whole number."""
+    index, _, factor = arg.partition(":")
+    if not index.isdigit() or not (factor or str(SLOW_FACTOR)).isdigit():
+        raise ValueError(f"IDX[:FACTOR], not {arg}")
+    return int(index), int(factor or SLOW_FACTOR)
+
+
 @fault("simgpu-slow-matmul", f"simulated GPU IDX (default 1) runs its matrix products (mm, addmm, bmm: torch.matmul, "
        f"@, linear) FACTOR times as slow (default {SLOW_FACTOR}); its results stay right and its other work, "
        "copies included, keeps its speed: a GPU at a fraction of its clocks", args="IDX[:FACTOR]", needs="simgpu",
-       parts=2)
+       parse_arg=_slow_target)
 def _slow_matmul(arg: Optional[str]) -> None:
-    index, _, factor = (arg or "1").partition(":")
-    simgpu.set_fault("slow-matmul-factor", int(factor or SLOW_FACTOR))
-    simgpu.set_fault("slow-matmul", int(index))
+    index, factor = _slow_target(arg or "1")
+    simgpu.set_fault("slow-matmul-factor", factor)
+    simgpu.set_fault("slow-matmul", index)
+
+
+def _flip_target(arg: str) -> "tuple":
+    """IDX:RATE -> (GPU index, rate per call); ValueError when either is bad."""
+    index, colon, rate = arg.partition(":")
+    if not (index.isdigit() and colon):
+        raise ValueError(f"IDX:RATE, not {arg}")
+    return int(index), per_call_rate(rate)
+
+
+@fault("simgpu-bitflip", "simulated GPU ARG (default 1) flips the lowest mantissa bit of one element of every matrix "
+       "product it computes (mm, bmm, addmm, baddbmm: those inside attention and backward too): a one-ulp silent "
+       "error that only a bitwise check sees", args="GPU index", needs="simgpu")
+def _bitflip(arg: Optional[str]) -> None:
+    simgpu.set_bitflip(int(arg or 1), 1.0)
+
+
+@fault("simgpu-bitflip-rate", "as simgpu-bitflip, now and then: each matrix product on simulated GPU IDX flips one "
+       "low bit with probability RATE (a fault that load and time bring out)", args="IDX:RATE, RATE above 0 and "
+       "at most 1", needs="simgpu", parse_arg=_flip_target)
+def _bitflip_rate(arg: Optional[str]) -> None:
+    simgpu.set_bitflip(*_flip_target(arg or ""))

@@ -220,7 +220,9 @@ def read_text(path: Path) -> str:
 
 
 def journal_to_report(lines: List[str], what: str) -> Report:
-    """Rebuild a (partial) report from a journal; a truncated last line is dropped."""
+    """Rebuild a (partial) report from a journal; a truncated last line is dropped. A later verdict
+    record of a variant on the same device replaces the earlier one (the node check's judgement
+    of a GPU, which comes once every GPU ran)."""
     records = []
     for number, line in enumerate(lines):
         if not line.strip():
@@ -242,7 +244,7 @@ def journal_to_report(lines: List[str], what: str) -> Report:
         if kind == "started":
             started = rec.get("variant")
         elif kind == "verdict":
-            verdicts.append(rec.get("verdict"))
+            verdicts = _with(verdicts, rec.get("verdict"))
             started = None
         elif kind == "end":
             end = rec
@@ -253,6 +255,17 @@ def journal_to_report(lines: List[str], what: str) -> Report:
         run.update(end["run"])
     body = {k: v for k, v in header.items() if k not in ("record", "t")}
     return Report.from_dict({**body, "run": run, "verdicts": verdicts})
+
+
+def _with(verdicts: List[Any], verdict: Any) -> List[Any]:
+    """`verdicts` with `verdict` in place of an earlier record of its variant on its device, else added."""
+    def same(earlier: Any) -> bool:
+        return isinstance(earlier, dict) and isinstance(verdict, dict) and \
+            (earlier.get("variant"), earlier.get("device")) == (verdict.get("variant"), verdict.get("device"))
+
+    if any(same(v) for v in verdicts):
+        return [verdict if same(v) else v for v in verdicts]
+    return [*verdicts, verdict]
 
 
 def load_report(path: Path) -> Report:

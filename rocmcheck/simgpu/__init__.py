@@ -34,8 +34,8 @@ SOURCE = Path(__file__).with_name("simgpu.cpp")
 CACHE_ENV = "ROCMCHECK_SIMGPU_CACHE"
 INIT_ENV = "ROCMCHECK_SIMGPU_INIT_S"  # seconds each process's first device initialisation costs
 INIT_LOG_ENV = "ROCMCHECK_SIMGPU_INIT_LOG"  # a file each process's device initialisation appends its pid to
-# planted in the device (simgpu.cpp set_fault)
-FAULTS = ("copy-tail", "stale-side-stream", "wrong-device", "slow-matmul", "slow-matmul-factor")
+# planted in the device (simgpu.cpp's set_fault, and set_bitflip)
+FAULTS = ("copy-tail", "stale-side-stream", "wrong-device", "slow-matmul", "slow-matmul-factor", "bitflip")
 _ext: Optional[ModuleType] = None
 
 
@@ -284,3 +284,9 @@ def set_fault(name: str, value: int = 1) -> None:
     """Plant a fault in the device, below torch (see FAULTS); value 0 (-1 for wrong-device and slow-matmul)
     removes it."""
     build().set_fault(name, value)
+
+
+def set_bitflip(index: int, rate: float = 1.0) -> None:
+    """Make simulated GPU `index` flip the lowest mantissa bit of one element of a matrix product's
+    result, in each product with probability `rate` (-1 as index removes it)."""
+    build().set_bitflip(index, rate)

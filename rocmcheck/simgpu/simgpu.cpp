@@ -25,6 +25,8 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -59,6 +61,10 @@ bool g_stale_side_stream = false;
 int64_t g_wrong_device = -1;
 int64_t g_slow_matmul_device = -1;
 int64_t g_slow_matmul_factor = 3;
+// One device whose matrix products (mm, bmm, addmm, baddbmm, addbmm) come back with the lowest bit of one
+// element flipped: in every product (rate 1) or in each with probability rate (-1 = none).
+int64_t g_flip_device = -1;
+double g_flip_rate = 1.0;
 std::mutex& g_stale_mu = *new std::mutex();
 auto& g_stale = *new std::unordered_map<StreamId, std::vector<char>>();
 
@@ -291,6 +297,33 @@ void maybe_wrong(const at::Tensor& result) {  // the planted "one device compute
   first.add_(first.abs() + 1);
 }
 
+bool is_product(const c10::OperatorHandle& op) {
+  static const auto& names = *new std::set<std::string>{"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm",
+                                                         "aten::addbmm", "aten::_addmm_activation",
+                                                         "aten::_scaled_mm"};
+  return names.count(op.schema().name()) > 0;
+}
+
+void maybe_flip(const at::Tensor& result) {  // the planted "silent one-bit error" fault: the middle element
+  if (g_flip_device < 0 || !result.defined() || result.device().type() != kType ||
+      result.device().index() != g_flip_device || result.numel() == 0 || !result.is_floating_point())
+    return;
+  if (g_flip_rate < 1.0) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    if (std::uniform_real_distribution<double>(0.0, 1.0)(rng) >= g_flip_rate) return;
+  }
+  auto element = as_cpu(result);
+  int64_t rest = element.numel() / 2;
+  std::vector<int64_t> index(element.dim());
+  for (int64_t d = element.dim() - 1; d >= 0; --d) {
+    index[d] = rest % element.size(d);
+    rest /= element.size(d);
+  }
+  for (auto i : index) element = element.select(0, i);
+  auto bits = element.element_size() == 2 ? at::kShort : element.element_size() == 4 ? at::kInt : at::kLong;
+  element.view(bits).bitwise_xor_(1);
+}
+
 at::Tensor empty(c10::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
                  std::optional<c10::Device> device, std::optional<bool>, std::optional<c10::MemoryFormat> format) {
   lazy_init();  // every device tensor begins here
@@ -370,19 +403,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
   return {to_device(gi, d), to_device(gw, d), to_device(gb, d)};
 }
 
-bool is_matmul(const c10::OperatorHandle& op) {  // what torch.matmul, @, mm, linear and bmm come down to
-  const auto& name = op.schema().name();
-  return name == "aten::mm" || name == "aten::addmm" || name == "aten::bmm" || name == "aten::baddbmm" ||
-         name == "aten::_scaled_mm";
-}
-
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto began = std::chrono::steady_clock::now();
   at::native::cpu_fallback(op, stack);
-  bool result = !stack->empty() && stack->back().isTensor();
-  if (g_wrong_device >= 0 && result) maybe_wrong(stack->back().toTensor());
-  if (g_slow_matmul_device >= 0 && result && is_matmul(op) &&  // the planted "one slow GPU" fault: the
-      stack->back().toTensor().device() == c10::Device(kType, g_slow_matmul_device)) {  // events see it
+  if (stack->empty() || !stack->back().isTensor()) return;
+  const at::Tensor& result = stack->back().toTensor();
+  if (g_wrong_device >= 0) maybe_wrong(result);
+  if (g_flip_device >= 0 && is_product(op)) maybe_flip(result);
+  if (g_slow_matmul_device >= 0 && is_product(op) &&  // the planted "one slow GPU" fault: the events see it
+      result.device() == c10::Device(kType, g_slow_matmul_device)) {
     std::this_thread::sleep_for((std::chrono::steady_clock::now() - began) * (g_slow_matmul_factor - 1));
   }
 }
@@ -444,5 +473,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     else if (name == "slow-matmul") g_slow_matmul_device = value;
     else if (name == "slow-matmul-factor") g_slow_matmul_factor = std::max<int64_t>(value, 1);
     else TORCH_CHECK(false, "simgpu: no fault named ", name);
+  });
+  m.def("set_bitflip", [](int64_t device, double rate) {
+    g_flip_device = device;
+    g_flip_rate = rate;
   });
 }
