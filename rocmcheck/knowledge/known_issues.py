@@ -29,7 +29,6 @@ the end of a run, `report`, `matrix`, doctor), so none shows an entry its own sc
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 import re
 from dataclasses import replace
@@ -39,7 +38,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import UsageError
 from ..model import Status, Verdict
-from . import DATA
+from . import DATA, read_data
 from .signatures import signatures
 
 NOTABLE = [s.value for s in Status if s.is_notable]  # the statuses an entry matches unless it names its own
@@ -78,12 +77,7 @@ def in_range(version: Optional[str], spec: str) -> bool:
 
 
 def _load_file(path: Path) -> List[Dict[str, Any]]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
-    except OSError as exc:
-        raise UsageError(f"known-issues file '{path}': cannot read ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise UsageError(f"known-issues file '{path}': not valid JSON ({exc})") from None
+    data = read_data(path, "known-issues file")
     entries = data.get("issues") if isinstance(data, dict) else None
     if not isinstance(entries, list) or not all(isinstance(e, dict) and e.get("id") and e.get("probe")
                                                   for e in entries):

@@ -36,7 +36,6 @@ The fractions, and why:
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 import statistics
 from dataclasses import dataclass, replace
@@ -47,7 +46,7 @@ from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 from ..errors import UsageError
 from ..host.hostgpu import describe_link, link_gbps, transfer_rate
 from ..model import SPEED_MEASUREMENTS, SpeedFigure, Status, Verdict, speed_figures
-from . import DATA
+from . import DATA, read_data
 
 SPEC_ENV = "ROCMCHECK_SPEED_SPEC"  # further spec tables (os.pathsep-separated), after the built-in one
 BUILTIN = DATA / "speed_spec.json"
@@ -120,12 +119,7 @@ def _problem(row: Any) -> Optional[str]:
 
 def load(path: Path) -> List[Row]:
     """The rows of one spec table; a malformed table or row is a one-line UsageError naming it."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
-    except OSError as exc:
-        raise UsageError(f"speed spec '{path}': cannot read ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise UsageError(f"speed spec '{path}': not valid JSON ({exc})") from None
+    data = read_data(path, "speed spec")
     rows = data.get("rows") if isinstance(data, dict) else None
     if not isinstance(rows, list):
         raise UsageError(f"speed spec '{path}': expected {{\"rows\": [...]}}")
