@@ -10,11 +10,11 @@ from .. import registry
 from ..engine.options import add_to_argparse
 from ..engine.selection import gate_variants, select
 from ..model import ExitCode, node_status
-from ..outputs.render import counts_line, failing_line, known_issue_lines
+from ..outputs.render import counts_line, failing_line, injected, known_issue_lines
 from ..outputs.runtext import terminal_matrix
 from ..outputs.storage import report_json
 from ..records import Report
-from .common import add_run_options, execute, exit_for, files, files_line, json_to_stdout, run_options
+from .common import add_run_options, closing_line, execute, files, files_line, json_to_stdout, run_options
 
 
 def register(sub: Any) -> None:
@@ -36,9 +36,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     report = execute(opts, variants, human)
     print("\n" + terminal_matrix(report), file=human)
     print(files_line(report, opts), file=human)
+    closing = closing_line(report, "this run")
+    if closing:
+        print(closing, file=human)
     if json_to_stdout(args):
         print(report_json(report), end="", flush=True)
-    return exit_for(report)
+    return report.exit_code()
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
@@ -52,10 +55,13 @@ def cmd_gate(args: argparse.Namespace) -> int:
         variants = [v for v in variants if v.id in chosen]
     human = sys.stderr if json_to_stdout(args) else sys.stdout
     report = execute(opts, variants, human)
-    code = exit_for(report)
+    code = report.exit_code()
     code = ExitCode.USAGE if code == ExitCode.INTERRUPTED else code  # no verdict was reached: UNKNOWN
     print("\n" + gate_screen(report, code), file=human)
     print(files_line(report, opts), file=human)
+    closing = closing_line(report, f"this {node_status(code)}")
+    if closing:
+        print(closing, file=human)
     if json_to_stdout(args):
         written = {name: str(path) for name, path in files(report, opts).items()}
         print(json.dumps(node.verdict(report, code, written), indent=2, default=str), flush=True)
@@ -63,8 +69,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def gate_screen(report: Report, code: int) -> str:
-    """GO or NO-GO, then each failing variant with its evidence and known workaround."""
-    lines = [f"{node_status(code)} — {counts_line(report)}"]
+    """GO or NO-GO (a drill's marked), then each failing variant with its evidence and known workaround."""
+    drill, simulated = injected(report)
+    mark = " (DRILL)" if drill else " (simulated)" if simulated else ""
+    lines = [f"{node_status(code)}{mark} — {counts_line(report)}"]
     for v in report.verdicts:
         if not v.status.is_bad:
             continue

@@ -67,6 +67,8 @@ class Fault:
     needs: Optional[str] = None  # another fault that must be in the same spec
     whole_run: bool = False  # the same for every probe (the simulated device, an older torch's API): a worker
     # installs it once; a task that meets any other fault before its probe starts runs in a child of its own
+    simulates: bool = False  # it simulates a machine or stack (GPUs, an older torch) and plants no fault: a run
+    # with only such faults is a simulation, not a drill (`drill_split`)
 
     def check_arg(self, arg: Optional[str]) -> None:
         """ARG must match one of `choices` (globs allowed); with none, `args` names a whole
@@ -84,7 +86,7 @@ class Fault:
 
 def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_facts: bool = False,
           in_probe: bool = False, prepare: Optional[Callable[[Optional[str]], None]] = None,
-          needs: Optional[str] = None, whole_run: bool = False) -> Callable[
+          needs: Optional[str] = None, whole_run: bool = False, simulates: bool = False) -> Callable[
         [Callable[[Optional[str]], None]], Callable[[Optional[str]], None]]:
     """Register `install(arg)` as fault `name`; it runs in the child before the probe.
 
@@ -95,12 +97,13 @@ def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_
     probe would meet it, after runtime init, and its hang is bounded by the probe's timeout.
     `prepare(arg)` runs in the parent before any child (a build, say); `needs` names a fault
     the spec must also hold. `whole_run`: the fault sets up the whole run alike for every probe,
-    so probes meeting it may share a worker child.
+    so probes meeting it may share a worker child. `simulates`: it plants no fault, it only
+    simulates what the run is on (its verdicts are true of the simulation), so it alone makes no drill.
     """
 
     def register(install: Callable[[Optional[str]], None]) -> Callable[[Optional[str]], None]:
         _FAULTS[name] = Fault(name, help, install, args or "|".join(choices), tuple(choices), in_facts, in_probe,
-                              prepare, needs, whole_run)
+                              prepare, needs, whole_run, simulates)
         return install
 
     return register
@@ -143,8 +146,7 @@ def parse(spec: str) -> List[FaultRequest]:
     requests = []
     parts = [p.strip() for p in spec.split(",")] if spec.strip() else []
     for part in parts:
-        body, at, scope = part.partition("@")
-        name, _, arg = body.partition(":")
+        name, arg, at, scope = _parts(part)
         if not part or (at and not scope):
             raise UsageError(f"fault spec '{spec}' has an empty {'fault' if not part else 'probe glob after @'}: "
                              "write NAME[:ARG][@PROBE_GLOB][,...]")
@@ -159,6 +161,30 @@ def parse(spec: str) -> List[FaultRequest]:
         if needs and not any(r.name == needs for r in requests):
             raise UsageError(f"fault '{req.name}' needs '{needs}' in the same spec (e.g. --inject {needs},{req.name})")
     return requests
+
+
+def _parts(part: str) -> Tuple[str, str, str, str]:
+    """One `NAME[:ARG][@PROBE_GLOB]` as (name, arg, "@" or "", glob)."""
+    body, at, scope = part.partition("@")
+    name, _, arg = body.partition(":")
+    return name, arg, at, scope
+
+
+def drill_split(injected: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """(planted, simulated): the faults of `injected` (each `NAME[:ARG][@PROBE_GLOB]`, as a spec's
+    parts or a report's `faults_injected` name them) that plant a fault, which make the run a
+    drill, and those that only simulate what it runs on (`simulates`: simulated GPUs, an older
+    torch's API). Read from a report, so never raises: a name this rocmcheck does not know
+    (another version's, a probe module's not loaded here) counts as planted, so that a drill is
+    never taken for a real run. Each once, in order."""
+    known = _loaded()
+    planted: List[str] = []
+    simulated: List[str] = []
+    for text in dict.fromkeys(str(t).strip() for t in injected):
+        if text:
+            fault = known.get(_parts(text)[0])
+            (simulated if fault is not None and fault.simulates else planted).append(text)
+    return planted, simulated
 
 
 def unaimed(requests: List[FaultRequest], probe_ids: Sequence[str]) -> List[FaultRequest]:

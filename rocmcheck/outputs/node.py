@@ -3,7 +3,8 @@
 Shaped like the node-readiness gates platform teams already run (one verdict per node, a
 fixed exit-code contract, a recommended action per failing check): status GO (exit 0, the
 node may take the job), NO-GO (exit 1, drain it) or UNKNOWN (exit 2, no verdict could be
-reached: no torch, bad input, an internal error). Never imports torch.
+reached: no torch, bad input, an internal error). A drill (a fault injected on purpose) says
+so in `drill`, a simulation in `simulated`. Never imports torch.
 """
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from typing import Any, Dict, List, Optional
 
 from ..model import ExitCode, Status, Verdict, node_status
 from ..records import Report
+from .render import injected
 
 SCHEMA = "rocmcheck-node-verdict"
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: `drill` and `simulated`
 
 
 def action(verdict: Verdict, on_gpu: bool) -> str:
@@ -52,9 +54,11 @@ def verdict(report: Report, exit_code: int, files: Optional[Dict[str, str]] = No
                 for v in report.verdicts if v.status is Status.WARN]
     interrupted = {"error": f"interrupted {run.where_interrupted()}"} if run.partial else {}
     unwritten = {"unwritten": dict(run.unwritten)} if run.unwritten else {}
-    return {**_head(exit_code), **interrupted, "device": run.device, "backend": report.device.get("backend"),
-            "gpus_seen": report.device.get("count"), "counts": run.counts, "failing": failing,
-            "warnings": warnings,
+    drill, simulated = injected(report)
+    injections = {**({"drill": drill} if drill else {}), **({"simulated": simulated} if simulated else {})}
+    return {**_head(exit_code), **interrupted, **injections, "device": run.device,
+            "backend": report.device.get("backend"), "gpus_seen": report.device.get("count"), "counts": run.counts,
+            "failing": failing, "warnings": warnings,
             "notes": run.notes, "partial": run.partial, "reports": files or {},
             **unwritten}
 
@@ -68,3 +72,4 @@ def _head(exit_code: int) -> Dict[str, Any]:
     return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "node": socket.gethostname(),
             "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "status": node_status(exit_code), "exit_code": int(exit_code)}
+
