@@ -1,7 +1,7 @@
 """A run with injected faults is a drill and says so in every output (issue 34): the node verdict,
-the terminal's first and last lines (gate and run), the run's Markdown and HTML, `matrix` (a
-drill's columns apart, its failures not counted with the real runs') and `diff` (a drill on
-either side said). Simulated GPUs alone (`--inject simgpu:N`) plant no fault:
+the terminal's first and last lines (gate and run), the run's Markdown and HTML, the Prometheus
+labels, `matrix` (a drill's columns apart, its failures not counted with the real runs') and
+`diff` (a drill on either side said). Simulated GPUs alone (`--inject simgpu:N`) plant no fault:
 such a run is said to be simulated, never a drill.
 
 The reports are made in-process in the shape a two-GPU run writes; the commands run in-process
@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from rocmcheck.cli import main
 from rocmcheck.faults import drill_split
-from rocmcheck.outputs.formats import run_html
+from rocmcheck.outputs.formats import OUTPUTS, run_html
 from rocmcheck.outputs.runtext import markdown_report
 from rocmcheck.outputs.storage import report_json
 from rocmcheck.records import SCHEMA, SCHEMA_VERSION, Report
@@ -137,6 +138,20 @@ def test_the_html_says_drill():
     assert '<p class="drill"><b>DRILL columns: faults were injected on purpose' in page
     assert '<th class="drill"' in page and "DRILL: simgpu-wrong-device:1" in page
     assert "drill" not in run_html(Report.from_dict(report("h", "", bad_on=1))).split("</style>")[1]
+
+
+# --- Prometheus ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("inject, label", [(DRILL, "true"), (SIMULATED, "false"), ("", "false")])
+def test_every_prometheus_series_has_the_drill_label(inject, label):
+    prom = next(o for o in OUTPUTS if o.name == "prom")
+    families = list(text_string_to_metric_families(prom.render(Report.from_dict(report("p", inject, bad_on=1)))))
+    samples = [s for family in families for s in family.samples]
+    assert samples and {s.labels["drill"] for s in samples} == {label}
+    info = next(s for s in samples if s.name == "rocmcheck_run_info")
+    assert info.labels["faults_injected"] == ("simgpu-wrong-device:1" if label == "true" else "")
+    assert info.labels["simulated"] == ("simgpu:2" if inject else "")
 
 
 # --- matrix and diff ---------------------------------------------------------------------------------

@@ -49,7 +49,8 @@ def run_options(args: argparse.Namespace, command: str, profile: Optional[str] =
     named = {o.name: getattr(args, f"output_{o.name}", None) for o in OUTPUTS}
     return RunOptions.build(Given({name: getattr(args, name) for name in OPTIONS if hasattr(args, name)}),
                             folders={"--out-dir": args.out_dir}, files=output_files(args),
-                            stdout=to_stdout(command), profile=profile, command=command, out_dir=args.out_dir,
+                            stdout=to_stdout(command), writable=[o.flag for o in OUTPUTS if o.must_write],
+                            profile=profile, command=command, out_dir=args.out_dir,
                             named_files={name: path for name, path in named.items()
                                          if path is not None and path != Path("-")})
 

@@ -2,17 +2,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
-from typing import Any
+from typing import Any, Iterator
 
 from .. import registry
-from ..engine.options import add_to_argparse
+from ..engine.options import INJECT_ENV, add_to_argparse
 from ..engine.selection import gate_variants, select
+from ..errors import TorchMissing, UsageError
 from ..model import ExitCode, node_status
 from ..outputs.render import counts_line, failing_line, injected, known_issue_lines
 from ..outputs.runtext import terminal_matrix
-from ..outputs.storage import report_json
+from ..outputs.storage import report_json, write_recorded
 from ..records import Report
 from .common import add_run_options, closing_line, execute, files, files_line, json_to_stdout, run_options
 
@@ -29,11 +32,29 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_gate)
 
 
+@contextlib.contextmanager
+def unknown_metrics(args: argparse.Namespace) -> Iterator[None]:
+    """Where the command cannot assess before any probe runs (no torch, bad input), `--prom`'s
+    file still says so (UNKNOWN), so that it never goes on saying the last run's GO. Best effort:
+    the error is the command's, and an unwritable file was refused by name already."""
+    try:
+        yield
+    except (UsageError, TorchMissing) as exc:
+        path = getattr(args, "output_prom", None)
+        if path is not None and path.parent.is_dir():  # a folder that is not there is not made (a typo)
+            from ..outputs import prom
+
+            text = prom.unknown(str(exc), args.inject or os.environ.get(INJECT_ENV, ""))
+            write_recorded({}, "prom", path, lambda: text)
+        raise
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    opts = run_options(args, "run")
-    variants = select(registry.load_all(opts.probes_paths), args.probe, args.keyword, gate_only=args.gate_only)
-    human = sys.stderr if json_to_stdout(args) else sys.stdout
-    report = execute(opts, variants, human)
+    with unknown_metrics(args):
+        opts = run_options(args, "run")
+        variants = select(registry.load_all(opts.probes_paths), args.probe, args.keyword, gate_only=args.gate_only)
+        human = sys.stderr if json_to_stdout(args) else sys.stdout
+        report = execute(opts, variants, human)
     print("\n" + terminal_matrix(report), file=human)
     print(files_line(report, opts), file=human)
     closing = closing_line(report, "this run")
@@ -47,14 +68,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_gate(args: argparse.Namespace) -> int:
     from ..outputs import node
 
-    opts = run_options(args, "gate", profile="gate")
-    specs = registry.load_all(opts.probes_paths)
-    variants = gate_variants(specs, args.require)
-    if args.probe or args.keyword:
-        chosen = {v.id for v in select(specs, args.probe, args.keyword)}
-        variants = [v for v in variants if v.id in chosen]
-    human = sys.stderr if json_to_stdout(args) else sys.stdout
-    report = execute(opts, variants, human)
+    with unknown_metrics(args):
+        opts = run_options(args, "gate", profile="gate")
+        specs = registry.load_all(opts.probes_paths)
+        variants = gate_variants(specs, args.require)
+        if args.probe or args.keyword:
+            chosen = {v.id for v in select(specs, args.probe, args.keyword)}
+            variants = [v for v in variants if v.id in chosen]
+        human = sys.stderr if json_to_stdout(args) else sys.stdout
+        report = execute(opts, variants, human)
     code = report.exit_code()
     code = ExitCode.USAGE if code == ExitCode.INTERRUPTED else code  # no verdict was reached: UNKNOWN
     print("\n" + gate_screen(report, code), file=human)
