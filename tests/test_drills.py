@@ -120,6 +120,12 @@ def test_a_real_run_keeps_its_lines(made_run, tmp_path):
     assert "DRILL" not in out and "simulated" not in out
 
 
+def test_the_npd_line_says_drill(made_run, tmp_path):
+    code, out, _ = command(made_run, tmp_path, report("p", DRILL, bad_on=1), "gate", "--npd")
+    assert code == 1
+    assert out == "rocmcheck DRILL NO-GO (simgpu-wrong-device:1): device-smoke on simgpu:1\n"
+
+
 # --- the run's Markdown and HTML ----------------------------------------------------------------
 
 

@@ -61,6 +61,11 @@ def json_to_stdout(args: argparse.Namespace) -> bool:
     return getattr(args, "output_json", None) == Path("-")
 
 
+def for_people(args: argparse.Namespace) -> TextIO:
+    """Where the lines for people go: stderr where stdout is a machine's (`--json -`, `gate --npd`)."""
+    return sys.stderr if json_to_stdout(args) or getattr(args, "npd", False) else sys.stdout
+
+
 def live(verdict: Verdict, stream: Optional[TextIO] = None) -> None:
     print(verdict_line(verdict), file=stream or sys.stdout, flush=True)
 

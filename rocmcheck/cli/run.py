@@ -5,7 +5,6 @@ import argparse
 import contextlib
 import json
 import os
-import sys
 from typing import Any, Iterator
 
 from .. import registry
@@ -17,7 +16,7 @@ from ..outputs.render import counts_line, failing_line, injected, known_issue_li
 from ..outputs.runtext import terminal_matrix
 from ..outputs.storage import report_json, write_recorded
 from ..records import Report
-from .common import add_run_options, closing_line, execute, files, files_line, json_to_stdout, run_options
+from .common import add_run_options, closing_line, execute, files, files_line, for_people, json_to_stdout, run_options
 
 
 def register(sub: Any) -> None:
@@ -29,6 +28,9 @@ def register(sub: Any) -> None:
     add_run_options(p, "gate")
     p.add_argument("--require", action="append", default=[], metavar="ID",
                    help="make the gate these probes instead (glob, repeatable): narrows or widens it")
+    p.add_argument("--npd", action="store_true",
+                   help="a node-problem-detector custom plugin: exit 0 GO, 1 NO-GO, 2 UNKNOWN, and one line of at "
+                        "most 80 bytes on stdout (the condition's message); everything else goes to stderr")
     p.set_defaults(func=cmd_gate)
 
 
@@ -53,7 +55,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with unknown_metrics(args):
         opts = run_options(args, "run")
         variants = select(registry.load_all(opts.probes_paths), args.probe, args.keyword, gate_only=args.gate_only)
-        human = sys.stderr if json_to_stdout(args) else sys.stdout
+        human = for_people(args)
         report = execute(opts, variants, human)
     print("\n" + terminal_matrix(report), file=human)
     print(files_line(report, opts), file=human)
@@ -68,6 +70,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_gate(args: argparse.Namespace) -> int:
     from ..outputs import node
 
+    if args.npd and json_to_stdout(args):
+        raise UsageError("--npd and --json - both write to stdout; name a file for --json")
     with unknown_metrics(args):
         opts = run_options(args, "gate", profile="gate")
         specs = registry.load_all(opts.probes_paths)
@@ -75,7 +79,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         if args.probe or args.keyword:
             chosen = {v.id for v in select(specs, args.probe, args.keyword)}
             variants = [v for v in variants if v.id in chosen]
-        human = sys.stderr if json_to_stdout(args) else sys.stdout
+        human = for_people(args)
         report = execute(opts, variants, human)
     code = report.exit_code()
     code = ExitCode.USAGE if code == ExitCode.INTERRUPTED else code  # no verdict was reached: UNKNOWN
@@ -87,6 +91,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if json_to_stdout(args):
         written = {name: str(path) for name, path in files(report, opts).items()}
         print(json.dumps(node.verdict(report, code, written), indent=2, default=str), flush=True)
+    if args.npd:
+        print(node.npd_line(report, code), flush=True)
     return code
 
 
