@@ -66,6 +66,33 @@ def by_variant(verdicts: List[dict]) -> Dict[str, dict]:
     return {v["variant"]: v for v in verdicts}
 
 
+@pytest.fixture
+def made_run(monkeypatch, capsys):
+    """`made_run(report_json, *argv)`: `rocmcheck ARGV...` in-process, the engine's Runner replaced
+    by one whose run returns the made report (no probe runs, no output file is written), so all
+    the command prints, its first line too, is its own: (exit code, stdout, stderr)."""
+    from rocmcheck.cli import main
+    from rocmcheck.records import Report
+
+    def command(data: dict, *argv: str):
+        report = Report.from_dict(data)
+
+        class Made:
+            def __init__(self, *args, **kwargs) -> None:
+                pass
+
+            def run(self, variants):
+                return report
+
+        monkeypatch.setattr("rocmcheck.engine.runner.Runner", Made)
+        monkeypatch.delenv("ROCMCHECK_INJECT", raising=False)
+        code = main(list(argv))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return command
+
+
 # --- the fast tier (`make test-fast`): no test that starts a process ------------------------------
 #
 # `children` marks a test that starts real processes (the runner's children, a venv, a subprocess);

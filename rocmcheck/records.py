@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional
 
-from .model import STATUS_VALUES, Verdict, count_statuses
+from .model import STATUS_VALUES, ExitCode, Verdict, count_statuses
 
 SCHEMA = "rocmcheck-report"
 SCHEMA_VERSION = "1.0"
@@ -134,6 +134,14 @@ class Report:
     def counts(self) -> Dict[str, int]:
         """Status -> how many of the verdicts, worst first."""
         return count_statuses(v.status.value for v in self.verdicts)
+
+    def exit_code(self) -> int:
+        """What `rocmcheck run` exits with for this report: interrupted (no verdict), else 1 for
+        any bad verdict, else 0; `model.node_status` makes it the node's GO, NO-GO or UNKNOWN,
+        which the commands and every output that states it (the Prometheus file) share."""
+        if self.run.partial:
+            return ExitCode.INTERRUPTED
+        return ExitCode.FAILED if any(v.status.is_bad for v in self.verdicts) else ExitCode.OK
 
     def to_dict(self) -> Dict[str, Any]:
         return {"schema": SCHEMA, "schema_version": self.schema_version, "tool": self.tool,

@@ -87,7 +87,7 @@ def test_the_odd_machine_out_of_five_is_named_in_every_output_and_the_matrix_exi
     [flagged] = group["flagged"]
     assert flagged["reports"][0].endswith("m3.json") and flagged["gpu"] == "cuda:0 (gfx942, 0000:11:00.0)"
     assert list(flagged["ops"]) == ["matmul-fp32"] and flagged["ops"]["matmul-fp32"]["majority"] == "a1" * 32
-    assert json.loads(found["json"])["schema_version"] == "1.2"
+    assert json.loads(found["json"])["schema_version"] == "1.3"
 
 
 def test_five_agreeing_machines_exit_0_and_say_so(tmp_path, capsys):

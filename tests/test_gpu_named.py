@@ -45,7 +45,7 @@ def two_gpu_report(run_id: str, bad_on: Optional[int] = 1, host: str = "a") -> d
                                                 for g in gpus]}}
     return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION,
             "run": {"id": run_id, "command": "gate", "device": "simgpu:0", "profile": "gate",
-                    "inject": "simgpu:2,simgpu-wrong-device:1"},
+                    "inject": "simgpu:2"},  # a drill (simgpu-wrong-device) would get columns of its own
             "fingerprint": fingerprint, "verdicts": verdicts}
 
 
@@ -98,7 +98,8 @@ def test_the_runs_final_table_has_a_column_per_gpu(monkeypatch, capsys, tmp_path
 def test_the_runs_markdown_has_a_column_per_gpu_and_names_the_failing_one():
     md = next(o for o in OUTPUTS if o.name == "md").render(Report.from_dict(two_gpu_report("m")))
     assert f"## FAIL `device-smoke` on {GPU1}" in md
-    assert "simgpu:0 (simgpu, 0000:10:00.0)" in md.split("\n\n")[1] and GPU1 in md.split("\n\n")[1]
+    summary = next(p for p in md.split("\n\n") if ". Devices " in p)  # after the simulation's mark
+    assert "simgpu:0 (simgpu, 0000:10:00.0)" in summary and GPU1 in summary
     rows = table_rows(md.split("## Matrix")[1], "device-smoke")
     assert len(rows) == 1 and [c.strip() for c in rows[0].split("|")[2:4]] == ["PASS", "**FAIL**"]
     header = md.split("## Matrix")[1].strip().splitlines()[0]

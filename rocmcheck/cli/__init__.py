@@ -84,14 +84,20 @@ def _interrupted(message: str) -> int:
 
 def _could_not_assess(argv: List[str], message: str) -> int:
     """Exit 2 with one line on stderr; under `gate --json -` also the UNKNOWN node verdict on
-    stdout (read from argv: the error may be that argv itself does not parse). The message
-    may quote anything (an option's value, an exception's text): it is made safe first."""
+    stdout, under `gate --npd` its one line (read from argv: the error may be that argv itself
+    does not parse). The message may quote anything (an option's value, an exception's text):
+    it is made safe first."""
     message = clean(message)
     print(f"rocmcheck: {message}", file=sys.stderr)
-    wants_document = argv[:1] == ["gate"] and any(
+    gate = argv[:1] == ["gate"]
+    wants_document = gate and any(
         a == "--json=-" or (a == "--json" and argv[i + 1:i + 2] == ["-"]) for i, a in enumerate(argv))
-    if wants_document:
+    if wants_document or (gate and "--npd" in argv):
+        from ..engine.options import INJECT_ENV
         from ..outputs import node
 
-        print(json.dumps(node.unknown(message), indent=2), flush=True)
+        if wants_document:
+            print(json.dumps(node.unknown(message), indent=2), flush=True)
+        else:
+            print(node.npd_unknown(message, os.environ.get(INJECT_ENV, "")), flush=True)
     return int(ExitCode.USAGE)

@@ -9,9 +9,10 @@ from typing import Dict, List, Optional, TextIO
 from .. import __version__
 from ..engine.options import OPTIONS, Given, RunOptions, add_to_argparse
 from ..errors import UsageError
-from ..model import ExitCode, Variant, Verdict
+from ..faults import drill_split
+from ..model import Variant, Verdict
 from ..outputs.formats import OUTPUTS, offered, to_stdout
-from ..outputs.render import verdict_line
+from ..outputs.render import injected, injection_text, verdict_line
 from ..outputs.storage import write_problem
 from ..records import Report
 
@@ -48,7 +49,8 @@ def run_options(args: argparse.Namespace, command: str, profile: Optional[str] =
     named = {o.name: getattr(args, f"output_{o.name}", None) for o in OUTPUTS}
     return RunOptions.build(Given({name: getattr(args, name) for name in OPTIONS if hasattr(args, name)}),
                             folders={"--out-dir": args.out_dir}, files=output_files(args),
-                            stdout=to_stdout(command), profile=profile, command=command, out_dir=args.out_dir,
+                            stdout=to_stdout(command), writable=[o.flag for o in OUTPUTS if o.must_write],
+                            profile=profile, command=command, out_dir=args.out_dir,
                             named_files={name: path for name, path in named.items()
                                          if path is not None and path != Path("-")})
 
@@ -57,6 +59,11 @@ def json_to_stdout(args: argparse.Namespace) -> bool:
     """`run --json -`, `gate --json -`: stdout carries exactly one JSON document (the report, the
     node verdict), and every line for people goes to stderr."""
     return getattr(args, "output_json", None) == Path("-")
+
+
+def for_people(args: argparse.Namespace) -> TextIO:
+    """Where the lines for people go: stderr where stdout is a machine's (`--json -`, `gate --npd`)."""
+    return sys.stderr if json_to_stdout(args) or getattr(args, "npd", False) else sys.stdout
 
 
 def live(verdict: Verdict, stream: Optional[TextIO] = None) -> None:
@@ -74,8 +81,10 @@ def execute(opts: RunOptions, variants: List[Variant], stream: Optional[TextIO] 
     if not variants:
         raise UsageError("no probe variant matches the selection")
     check_fault_targets(opts.inject, variants)  # the runner checks too, but here it comes before the first line
+    said = injection_text(*drill_split([part.strip() for part in opts.inject.split(",")]))
     print(f"rocmcheck {__version__}: {len(variants)} variants, isolation {opts.isolation}, "
-          f"device {opts.device}, profile {opts.profile}", file=stream or sys.stdout, flush=True)
+          f"device {opts.device}, profile {opts.profile}" + (f"; {said}" if said else ""),
+          file=stream or sys.stdout, flush=True)
     return Runner(opts, lambda v: live(v, stream), note, offered(opts.command)).run(variants)
 
 
@@ -95,7 +104,11 @@ def files_line(report: Report, opts: RunOptions) -> str:
     return f"wrote {' and '.join(written)}{journal}"
 
 
-def exit_for(report: Report) -> int:
-    if report.run.partial:
-        return ExitCode.INTERRUPTED
-    return ExitCode.FAILED if any(v.status.is_bad for v in report.verdicts) else ExitCode.OK
+def closing_line(report: Report, subject: str) -> str:
+    """The command's last line where faults were injected ("rocmcheck: this NO-GO is a DRILL:
+    faults injected on purpose (copy-zeros)") or GPUs simulated ("rocmcheck: this GO is simulated
+    (simgpu:2), no fault injected"), so that a drill's result is never read, or pasted, as a real
+    one; "" for a real run."""
+    drill, simulated = injected(report)
+    said = injection_text(drill, simulated)
+    return f"rocmcheck: {subject} is {'a ' if drill else ''}{said}" if said else ""

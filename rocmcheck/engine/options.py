@@ -15,6 +15,7 @@ import argparse
 import math
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Tuple
@@ -176,13 +177,15 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
 
 
 def check_outputs(folders: Dict[str, Optional[Path]], files: Dict[str, Optional[Path]],
-                  stdout: Collection[str] = ()) -> None:
+                  stdout: Collection[str] = (), writable: Collection[str] = ()) -> None:
     """Where a command will write, by flag, checked before any probe runs or any file is read:
     the one check of every command's output paths. A folder (created when missing: the run's
     own --out-dir) must not be a file, nor lie under one; a file must not be a folder, and its
     folder must exist or be one of `folders` (rocmcheck creates no other: a typo in
     `--json /nonexistent/dir/run.json` would scatter reports). `-` is stdout for the flags in
-    `stdout`; for any other it would be a file named `-`, or nothing at all, so it is refused."""
+    `stdout`; for any other it would be a file named `-`, or nothing at all, so it is refused.
+    The files of the flags in `writable` (a deployment reads them: the Prometheus textfile) must
+    be writable now: a file is made and removed beside each, as its atomic write will."""
     for flag, folder in folders.items():
         ancestor = folder
         while ancestor is not None and not ancestor.exists() and ancestor != ancestor.parent:
@@ -200,6 +203,12 @@ def check_outputs(folders: Dict[str, Optional[Path]], files: Dict[str, Optional[
         made = {Path(os.path.abspath(f)) for f in folders.values() if f is not None}
         if not path.parent.is_dir() and Path(os.path.abspath(path.parent)) not in made:
             raise UsageError(f"{flag} {path}: the folder {path.parent} does not exist")
+        if flag in writable and path.parent.is_dir():
+            try:
+                with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".check"):
+                    pass
+            except OSError as exc:
+                raise UsageError(f"{flag} {path}: cannot write in {path.parent} ({exc.strerror or exc})") from None
 
 
 def check(name: str, value: Any, where: str) -> Any:
@@ -273,16 +282,16 @@ class RunOptions:
     @classmethod
     def build(cls, given: Given, folders: Optional[Mapping[str, Optional[Path]]] = None,
               files: Optional[Mapping[str, Optional[Path]]] = None, profile: Optional[str] = None,
-              stdout: Collection[str] = (), **fixed: Any) -> "RunOptions":
+              stdout: Collection[str] = (), writable: Collection[str] = (), **fixed: Any) -> "RunOptions":
         """The options of one run from what a front-end was given, each checked now, before any
-        probe runs: where it will write (`folders`, `files` and `stdout` by flag, see `check_outputs`), the
+        probe runs: where it will write (`folders`, `files`, `stdout`, `writable` by flag: `check_outputs`), the
         probes paths (their modules load, so the faults they declare are known to the fault spec),
         every option of the table, then $ROCMCHECK_KNOWN_ISSUES. `profile`: gate under
         --gate-only, else full, unless the command fixes it; `fixed`: the fields no option sets."""
         from .. import registry
         from ..knowledge import known_issues, speed
 
-        check_outputs(dict(folders or {}), dict(files or {}), stdout)
+        check_outputs(dict(folders or {}), dict(files or {}), stdout, writable)
         probes_paths = [str(p) for p in given.value("probes_path") or []]
         registry.load_all(probes_paths)
         options = cls(device=given.value("device") or "auto", isolation=given.value("isolation") or default_isolation(),

@@ -68,6 +68,8 @@ class Fault:
     whole_run: bool = False  # the same for every probe (the simulated device, an older torch's API): a worker
     # installs it once; a task that meets any other fault before its probe starts runs in a child of its own
     parse_arg: Optional[Callable[[str], Any]] = None  # ARG -> its value, ValueError when bad (in place of a number)
+    simulates: bool = False  # it simulates a machine or stack (GPUs, an older torch) and plants no fault: a run
+    # with only such faults is a simulation, not a drill (`drill_split`)
 
     def check_arg(self, arg: Optional[str]) -> None:
         """ARG must match one of `choices` (globs allowed); with none, what `parse_arg` accepts, else
@@ -91,7 +93,7 @@ class Fault:
 def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_facts: bool = False,
           in_probe: bool = False, prepare: Optional[Callable[[Optional[str]], None]] = None,
           needs: Optional[str] = None, whole_run: bool = False,
-          parse_arg: Optional[Callable[[str], Any]] = None) -> Callable[
+          parse_arg: Optional[Callable[[str], Any]] = None, simulates: bool = False) -> Callable[
         [Callable[[Optional[str]], None]], Callable[[Optional[str]], None]]:
     """Register `install(arg)` as fault `name`; it runs in the child before the probe.
 
@@ -104,11 +106,13 @@ def fault(name: str, help: str, args: str = "", choices: Sequence[str] = (), in_
     the spec must also hold. `whole_run`: the fault sets up the whole run alike for every probe,
     so probes meeting it may share a worker child. `parse_arg(ARG)` checks an ARG that is neither
     a choice nor a whole number (a rate, `IDX:RATE`), raising ValueError when it is bad.
+    `simulates`: it plants no fault, it only simulates what the run is on (its verdicts are true
+    of the simulation), so it alone makes no drill.
     """
 
     def register(install: Callable[[Optional[str]], None]) -> Callable[[Optional[str]], None]:
         _FAULTS[name] = Fault(name, help, install, args or "|".join(choices), tuple(choices), in_facts, in_probe,
-                              prepare, needs, whole_run, parse_arg)
+                              prepare, needs, whole_run, parse_arg, simulates)
         return install
 
     return register
@@ -151,8 +155,7 @@ def parse(spec: str) -> List[FaultRequest]:
     requests = []
     parts = [p.strip() for p in spec.split(",")] if spec.strip() else []
     for part in parts:
-        body, at, scope = part.partition("@")
-        name, _, arg = body.partition(":")
+        name, arg, at, scope = _parts(part)
         if not part or (at and not scope):
             raise UsageError(f"fault spec '{spec}' has an empty {'fault' if not part else 'probe glob after @'}: "
                              "write NAME[:ARG][@PROBE_GLOB][,...]")
@@ -167,6 +170,30 @@ def parse(spec: str) -> List[FaultRequest]:
         if needs and not any(r.name == needs for r in requests):
             raise UsageError(f"fault '{req.name}' needs '{needs}' in the same spec (e.g. --inject {needs},{req.name})")
     return requests
+
+
+def _parts(part: str) -> Tuple[str, str, str, str]:
+    """One `NAME[:ARG][@PROBE_GLOB]` as (name, arg, "@" or "", glob)."""
+    body, at, scope = part.partition("@")
+    name, _, arg = body.partition(":")
+    return name, arg, at, scope
+
+
+def drill_split(injected: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """(planted, simulated): the faults of `injected` (each `NAME[:ARG][@PROBE_GLOB]`, as a spec's
+    parts or a report's `faults_injected` name them) that plant a fault, which make the run a
+    drill, and those that only simulate what it runs on (`simulates`: simulated GPUs, an older
+    torch's API). Read from a report, so never raises: a name this rocmcheck does not know
+    (another version's, a probe module's not loaded here) counts as planted, so that a drill is
+    never taken for a real run. Each once, in order."""
+    known = _loaded()
+    planted: List[str] = []
+    simulated: List[str] = []
+    for text in dict.fromkeys(str(t).strip() for t in injected):
+        if text:
+            fault = known.get(_parts(text)[0])
+            (simulated if fault is not None and fault.simulates else planted).append(text)
+    return planted, simulated
 
 
 def unaimed(requests: List[FaultRequest], probe_ids: Sequence[str]) -> List[FaultRequest]:

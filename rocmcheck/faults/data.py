@@ -415,7 +415,7 @@ def _compile_wrong(arg: Optional[str]) -> None:
 
 @fault("old-torch", "torch API newer than ARG (default: the oldest supported torch) is absent, as on that torch: every "
                     "fallback in rocmcheck.torchapi runs on the torch installed here",
-       choices=("2.2", "2.3", "2.4", "2.5"), whole_run=True)
+       choices=("2.2", "2.3", "2.4", "2.5"), whole_run=True, simulates=True)
 def _old_torch(arg: Optional[str]) -> None:
     pretend = torchapi.version_tuple(arg or torchapi.OLDEST)
 

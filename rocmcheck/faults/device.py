@@ -26,7 +26,7 @@ def _build(arg: Optional[str]) -> None:
 @fault("simgpu", f"ARG simulated GPUs (default {DEFAULT_COUNT}), device type simgpu, in the device-facts child and "
        "every probe child: the GPU half of every probe (allocator, copies, streams, events, pinned memory, per-GPU "
        "queues) without a GPU; built on first use (needs a C++ compiler and ninja)", args="GPU count", in_facts=True,
-       prepare=_build, whole_run=True)
+       prepare=_build, whole_run=True, simulates=True)
 def _simgpu(arg: Optional[str]) -> None:
     simgpu.enable(int(arg or DEFAULT_COUNT))
 

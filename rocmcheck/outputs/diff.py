@@ -19,7 +19,7 @@ from ..errors import UsageError
 from ..host.fingerprint import summary
 from ..model import Status, is_bad
 from ..records import Report, where_interrupted
-from .render import short
+from .render import injected, injection_text, short
 
 KINDS = ("regression", "fix", "changed", "new", "missing")
 
@@ -99,8 +99,9 @@ def compare(baseline: Report, current: Report, names: tuple = ("baseline", "curr
 def side(path: Path, report: Report) -> Dict[str, Any]:
     """One side of a diff: its file, machine, run and whether it is partial."""
     run = report.run
+    drill, simulated = injected(report)
     return {"file": str(path), "machine": summary(report.fingerprint), "run": run.id or None,
-            "partial": run.partial, "interrupted": run.interrupted}
+            "partial": run.partial, "interrupted": run.interrupted, "drill": drill, "simulated": simulated}
 
 
 def text(sides: List[Dict[str, Any]], result: Diff) -> str:
@@ -113,6 +114,9 @@ def text(sides: List[Dict[str, Any]], result: Diff) -> str:
         lines.append("note: the two runs come from different machines")
     lines += [f"note: {s['file']} is partial (interrupted {where_interrupted(s['interrupted'])})"
               for s in sides if s["partial"]]
+    lines += [f"note: the {name} is a {injection_text(s['drill'])}: its failures, and the regressions or fixes "
+              f"they make, are the drill's, not the machine's"
+              for name, s in zip(("baseline", "current run"), sides) if s["drill"]]
     rows = [[c.kind.upper(), c.variant, c.baseline or "-", c.current or "-", short(c.message, 70)]
             for c in result.changes]
     if rows:

@@ -14,6 +14,7 @@ from typing import Dict, List, Mapping, Tuple
 from ..records import Report
 from .matrix import build
 from .matrix_html import html_page
+from .prom import textfile
 from .runtext import markdown_report
 from .storage import Output, report_json
 
@@ -33,6 +34,10 @@ OUTPUTS: Tuple[Output, ...] = (
            "also write the Markdown matrix here"),
     Output("html", "--html", run_html, ("pytest",), None,
            "with --rocm-matrix: also write the run's matrix as one self-contained HTML page to FILE"),
+    Output("prom", "--prom", textfile, ("run", "gate"), None,
+           "also write the run's metrics for node_exporter's textfile collector to this .prom file (replaced "
+           "atomically): node status, each variant's and GPU's status, speed figures, a drill label",
+           must_write=True),
 )
 
 

@@ -14,7 +14,10 @@ report, its journal, `rocmcheck report`'s JSON twin) count once; the counts say 
 and how many machines (`fingerprint.machine_identity`) the columns hold. A `*` marks a cell
 with a known issue, listed under the table. Under it too, the fleet's deterministic-workload
 hashes (`fleet.compare`): a GPU whose hashes disagree with its group's majority is named there,
-and the command exits 1. Never imports torch.
+and the command exits 1. A drill's report (faults injected on purpose: `render.injected`) has
+columns of its own, headed DRILL with its faults, ranked apart from the machine's real runs and
+left out of the fleet's hashes: a planted failure is never counted as the machine's. Never
+imports torch.
 """
 from __future__ import annotations
 
@@ -31,13 +34,15 @@ from ..model import EVIDENCE_TAILS, STATUS_ORDER, Status, Verdict, count_statuse
 from ..records import Report
 from . import fleet
 from .diff import statuses
-from .render import device_order, gpu_parts, gpu_text, known_issue_lines, md_escape, short
+from .render import device_order, gpu_parts, gpu_text, injected, known_issue_lines, md_escape, short
 
 GROUPING = ("reports with identical fingerprints share a column; the worst status wins, "
             "and 'FAIL 1/3' means 1 of the column's 3 verdicts for that variant")
 MISSING = "-"
 DETAIL_TAIL = 2000  # characters of each traceback, stack or output tail kept in a cell's details
 KNOWN_ISSUE_MARK = "* a known issue matches"
+DRILL_NOTE = ("DRILL columns: faults were injected on purpose; their failures are the drill's, kept apart from "
+              "the real runs and left out of the deterministic-workload hashes")
 
 
 @dataclass
@@ -45,7 +50,7 @@ class Column:
     """One column: a machine (its label), one of its GPUs where its reports tested several."""
 
     label: str
-    machine: str
+    machine: str  # the fingerprint's summary; a drill's: with " / DRILL: <faults>", so it ranks apart
     gpu: str  # `render.gpu_text` of the column's device; "" for a machine's one column
     fingerprint: Dict[str, Any]
     order: Tuple[bool, int, str]  # `render.device_order` of its device: GPUs by index, the CPU last
@@ -136,11 +141,15 @@ def build(loaded: List[Tuple[str, Report]]) -> Dict[str, Any]:
     """The matrix (JSON-able) from (name, report) pairs, each run counted once."""
     runs = one_per_run(loaded)
     columns: Dict[str, Column] = {}
+    drills: Dict[str, List[str]] = {}  # report name -> the faults its run injected on purpose
     for name, report in runs:
         statuses(report, name)  # rejects malformed verdicts with a one-line error
         # the issues stored with each verdict, judged again by the current data over its own run
         report = replace(report, verdicts=known_issues.judged(report.verdicts, report.fingerprint))
-        machine = summary(report.fingerprint)
+        drill = injected(report)[0]
+        if drill:
+            drills[name] = drill
+        machine = summary(report.fingerprint) + (f" / DRILL: {', '.join(drill)}" if drill else "")
         for gpu, verdicts in device_columns(report).items():
             label = f"{machine} / {gpu}" if gpu else machine
             column = columns.setdefault(label, Column(label, machine, gpu, report.fingerprint,
@@ -153,11 +162,12 @@ def build(loaded: List[Tuple[str, Report]]) -> Dict[str, Any]:
              "cells": [_cell(c.verdicts.get(variant)) for c in ordered]}
             for variant, probe in variant_order(v for _, report in runs for v in report.verdicts)]
     counts = {"variants": len(rows), "machines": len({machine_identity(r.fingerprint) for _, r in runs}),
-              "reports": len(runs)}
-    return {"schema": "rocmcheck-matrix", "schema_version": "1.2", "grouping": GROUPING, "counts": counts,
+              "reports": len(runs), **({"drill reports": len(drills)} if drills else {})}
+    return {"schema": "rocmcheck-matrix", "schema_version": "1.3", "grouping": GROUPING, "counts": counts,
             "machines": [{"label": c.label, "machine": c.machine, "gpu": c.gpu or None, "reports": c.reports,
+                          "drill": sorted({f for r in c.reports for f in drills.get(r, [])}),
                           "fingerprint": c.fingerprint} for c in ordered],
-            "rows": rows, "fleet": fleet.compare(runs)}
+            "rows": rows, "fleet": fleet.compare([(name, r) for name, r in runs if name not in drills])}
 
 
 def _probe_of(variant: str, probe: str) -> str:
@@ -201,8 +211,13 @@ def counts_line(matrix: Dict[str, Any]) -> str:
     return ", ".join(f"{n} {word[:-1] if n == 1 else word}" for word, n in matrix["counts"].items())
 
 
+def drill_lines(matrix: Dict[str, Any]) -> List[str]:
+    """`DRILL_NOTE` where the matrix holds a drill's columns."""
+    return [DRILL_NOTE] if any(m.get("drill") for m in matrix["machines"]) else []
+
+
 def terminal_text(matrix: Dict[str, Any]) -> str:
-    lines = [_table(matrix, "simple", "\n"), "", f"{counts_line(matrix)}; {GROUPING}"]
+    lines = [_table(matrix, "simple", "\n"), "", f"{counts_line(matrix)}; {GROUPING}", *drill_lines(matrix)]
     issues = _issue_lines(matrix, "")
     if issues:
         lines += ["", "known issues (*):", *issues]
@@ -255,7 +270,7 @@ def run_table(report: Report, markdown: bool = False, variants: Optional[Iterabl
 
 def markdown_text(matrix: Dict[str, Any]) -> str:
     lines = ["# rocmcheck matrix", "", f"{counts_line(matrix)}. Cells: {GROUPING}.", "",
-             _table(matrix, "github", "<br>", "`{}`"), ""]
+             *(f"> **{note}**.\n" for note in drill_lines(matrix)), _table(matrix, "github", "<br>", "`{}`"), ""]
     lines += ["Reports per machine:", ""]
     lines += [f"- {m['label']}: " + ", ".join(f"`{md_escape(r)}`" for r in m["reports"]) for m in matrix["machines"]]
     issues = _issue_lines(matrix, "- ")

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 from ..model import is_bad, is_notable
 from . import fleet
-from .matrix import GROUPING, cell_text, counts_line
+from .matrix import GROUPING, cell_text, counts_line, drill_lines
 from .render import unfit_issue_lines
 
 COLOURS = {"pass": "#c8efc8", "skip": "#e4e4e4", "warn": "#ffe9a8", "fail": "#ffb3b3", "error": "#ffc48a",
@@ -34,6 +34,7 @@ pre { white-space: pre-wrap; max-height: 20em; overflow: auto; background: #fff8
 #only-bad:checked ~ table tr.good { display: none; }
 p.fleet-1 { margin: 2px 0 2px 1.5em; }
 p.fleet-2 { margin: 2px 0 2px 3em; background: #ffb3b3; }
+th.drill, p.drill { background: repeating-linear-gradient(45deg, #fff3b0, #fff3b0 6px, #fff 6px, #fff 12px); }
 """ + "".join(f"td.s-{s} {{ background: {c}; }}\n" for s, c in COLOURS.items())
 
 
@@ -83,7 +84,8 @@ def html_page(matrix: Dict[str, Any]) -> str:
     for i in order:
         count = len(machines[i]["reports"])
         reports = escape(", ".join(machines[i]["reports"]))
-        last.append(f'<th title="{reports}">{escape(" / ".join(_parts(machines[i])[len(GROUP_LEVELS):]))}<br>'
+        drill = ' class="drill"' if machines[i].get("drill") else ""
+        last.append(f'<th{drill} title="{reports}">{escape(" / ".join(_parts(machines[i])[len(GROUP_LEVELS):]))}<br>'
                     f"({count} report{'s' if count != 1 else ''})</th>")
     head.append(f"<tr>{''.join(last)}</tr>")
     body = []
@@ -99,6 +101,7 @@ def html_page(matrix: Dict[str, Any]) -> str:
         "<title>rocmcheck matrix</title>", f"<style>{STYLE}</style></head><body>",
         "<h1>rocmcheck matrix</h1>",
         f"<p>{escape(counts_line(matrix))}. Cells: {escape(GROUPING)}. A failing cell opens to its evidence.</p>",
+        *(f'<p class="drill"><b>{escape(note)}</b>.</p>' for note in drill_lines(matrix)),
         f"<p>{legend}</p>",
         '<input type="checkbox" id="only-bad"> <label for="only-bad">only failing rows</label>',
         f"<table><thead>{''.join(head)}</thead><tbody>", *body, "</tbody></table>", *_fleet(matrix["fleet"]),

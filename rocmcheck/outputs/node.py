@@ -3,7 +3,11 @@
 Shaped like the node-readiness gates platform teams already run (one verdict per node, a
 fixed exit-code contract, a recommended action per failing check): status GO (exit 0, the
 node may take the job), NO-GO (exit 1, drain it) or UNKNOWN (exit 2, no verdict could be
-reached: no torch, bad input, an internal error). Never imports torch.
+reached: no torch, bad input, an internal error). A drill (a fault injected on purpose) says
+so in `drill`, a simulation in `simulated`. docs/schema/node-verdict.schema.json publishes the
+shape (its `$id` names SCHEMA_VERSION): a new minor version only adds fields. Its one-line form,
+`npd_line`, is a node-problem-detector custom plugin's output (`rocmcheck gate --npd`).
+Never imports torch.
 """
 from __future__ import annotations
 
@@ -11,11 +15,17 @@ import socket
 import time
 from typing import Any, Dict, List, Optional
 
+from ..faults import drill_split
 from ..model import ExitCode, Status, Verdict, node_status
 from ..records import Report
+from .render import counts_line, injected, on_gpu
 
 SCHEMA = "rocmcheck-node-verdict"
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: `drill` and `simulated`
+# node-problem-detector keeps at most this many bytes of a custom plugin's stdout as the condition's
+# message: `max_output_length`, default 80 (pkg/custompluginmonitor/types/config.go,
+# defaultMaxOutputLength; plugin.go cuts the output there)
+NPD_OUTPUT_LIMIT = 80
 
 
 def action(verdict: Verdict, on_gpu: bool) -> str:
@@ -56,9 +66,11 @@ def verdict(report: Report, exit_code: int, files: Optional[Dict[str, str]] = No
             for g in (report.sections.get("speed") or {}).get("slow_gpus") or []]
     interrupted = {"error": f"interrupted {run.where_interrupted()}"} if run.partial else {}
     unwritten = {"unwritten": dict(run.unwritten)} if run.unwritten else {}
-    return {**_head(exit_code), **interrupted, "device": run.device, "backend": report.device.get("backend"),
-            "gpus_seen": report.device.get("count"), "counts": run.counts, "failing": failing,
-            "warnings": warnings, "slow_gpus": slow,
+    drill, simulated = injected(report)
+    injections = {**({"drill": drill} if drill else {}), **({"simulated": simulated} if simulated else {})}
+    return {**_head(exit_code), **interrupted, **injections, "device": run.device,
+            "backend": report.device.get("backend"), "gpus_seen": report.device.get("count"), "counts": run.counts,
+            "failing": failing, "warnings": warnings, "slow_gpus": slow,
             "notes": run.notes, "partial": run.partial, "reports": files or {},
             **unwritten}
 
@@ -72,3 +84,36 @@ def _head(exit_code: int) -> Dict[str, Any]:
     return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "node": socket.gethostname(),
             "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "status": node_status(exit_code), "exit_code": int(exit_code)}
+
+
+def npd_line(report: Report, exit_code: int) -> str:
+    """The verdict as node-problem-detector's custom plugin protocol wants it on stdout, with the
+    exit code (0 OK, 1 NonOK, else Unknown) as the status: "rocmcheck NO-GO: device-smoke on
+    cuda:1, +3 more", "rocmcheck GO: 36 pass", "rocmcheck UNKNOWN:
+    interrupted during gemm[fp32-default]"; "rocmcheck DRILL NO-GO (copy-zeros): ..."
+    in a drill. The status comes first, so a shorter `max_output_length` still keeps it."""
+    status = node_status(exit_code)
+    bad = [v for v in report.verdicts if v.status.is_bad]
+    if report.run.partial:
+        detail = f"interrupted {report.run.where_interrupted()}"
+    elif bad:
+        # the GPU by its torch name: its arch and PCI address would push the rest past 80 bytes
+        more = f", +{len(bad) - 1} more" if len(bad) > 1 else ""
+        detail = bad[0].variant + on_gpu(bad[0].device, full=False) + more
+    else:
+        detail = counts_line(report)
+    return one_line(status, detail, injected(report)[0])
+
+
+def npd_unknown(error: str, inject: str = "") -> str:
+    """`npd_line` where no run was made (no torch, bad input): UNKNOWN and why."""
+    return one_line(node_status(ExitCode.USAGE), error, drill_split([p.strip() for p in inject.split(",")])[0])
+
+
+def one_line(status: str, detail: str, drill: List[str], limit: int = NPD_OUTPUT_LIMIT) -> str:
+    """"rocmcheck STATUS: detail" ("rocmcheck DRILL STATUS (FAULTS): ..." in a drill, the faults it injected) as
+    printable ASCII on one line, at most `limit` bytes: a message a node condition shows whole."""
+    head = f"rocmcheck {'DRILL ' if drill else ''}{status}" + (f" ({','.join(drill)})" if drill else "")
+    text = " ".join(f"{head}: {detail}".split()) if detail else head
+    text = "".join(c if " " <= c <= "~" else "?" for c in text)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

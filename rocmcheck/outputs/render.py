@@ -5,10 +5,11 @@ nothing above the engine. A run's table and Markdown are the matrix of one run (
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from tabulate import tabulate
 
+from ..faults import drill_split
 from ..model import STATUS_ORDER, Verdict
 from ..records import Report
 from ..wording import counted
@@ -64,6 +65,30 @@ def verdict_line(v: Verdict) -> str:
     arch and PCI address too when it is bad)."""
     where = on_gpu(v.device, full=v.status.is_bad)
     return f"{v.status.value.upper():>5}  {v.variant}{where}  {v.duration_s:.2f}s  {short(v.message)}"
+
+
+# --- drills ------------------------------------------------------------------------------------
+# A run with a planted fault is a drill, and every output says so (issue 34): a leftover
+# $ROCMCHECK_INJECT must never drain a fleet with a NO-GO that reads as real. Simulated GPUs
+# (`--inject simgpu:N`) and an older torch's simulated API plant no fault: such a run is a
+# simulation, said apart ("simulated"), not a drill.
+
+
+def injected(report: Report) -> Tuple[List[str], List[str]]:
+    """(drill, simulated): the run's planted faults and its simulations (`faults.drill_split`),
+    from its `--inject` spec and from what each verdict's child says it installed, so a report
+    whose run record lost the spec (a pytest run, an older report) still shows its drill."""
+    spec = [part.strip() for part in report.run.inject.split(",")]
+    installed = [str(f) for v in report.verdicts for f in v.evidence.get("faults_injected") or []]
+    return drill_split([*spec, *installed])
+
+
+def injection_text(drill: Sequence[str], simulated: Sequence[str] = ()) -> str:
+    """`DRILL: faults injected on purpose (copy-zeros)`, or `simulated (simgpu:2), no fault
+    injected`, or "" for a real run: the words every output uses."""
+    if drill:
+        return f"DRILL: faults injected on purpose ({', '.join(drill)})"
+    return f"simulated ({', '.join(simulated)}), no fault injected" if simulated else ""
 
 
 def counts_line(report: Report) -> str:

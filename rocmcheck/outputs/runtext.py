@@ -9,7 +9,7 @@ from ..host.fingerprint import summary
 from ..model import EVIDENCE_TAILS
 from ..records import Report
 from .matrix import devices_tested, run_table
-from .render import counts_line, doctor_markdown, known_issue_lines, on_gpu, short
+from .render import counts_line, doctor_markdown, injected, injection_text, known_issue_lines, on_gpu, short
 
 
 def terminal_matrix(report: Report) -> str:
@@ -17,13 +17,18 @@ def terminal_matrix(report: Report) -> str:
 
 
 def markdown_report(report: Report) -> str:
-    """The run's Markdown: summary line, the not-passing verdicts (each named by its GPU) with
-    evidence, the table."""
+    """The run's Markdown: a drill's or simulation's mark, summary line, the not-passing verdicts
+    (each named by its GPU) with evidence, the table."""
     run = report.run
     tested = devices_tested(report)
-    out = [f"# rocmcheck {run.command}: {summary(report.fingerprint)}", "",
-           f"{counts_line(report)}. Device{'s' if len(tested) > 1 else ''} {', '.join(tested)}, "
-           f"isolation {run.isolation}, profile {run.profile}, run `{run.id}`.", ""]
+    drill, simulated = injected(report)
+    out = [f"# rocmcheck {run.command}{' (DRILL)' if drill else ''}: {summary(report.fingerprint)}", ""]
+    if drill or simulated:
+        whose = "the failures below are the drill's, not the machine's" if drill else \
+            "its verdicts hold for what was simulated"
+        out += [f"> **{injection_text(drill, simulated)}**: {whose}.", ""]
+    out += [f"{counts_line(report)}. Device{'s' if len(tested) > 1 else ''} {', '.join(tested)}, "
+            f"isolation {run.isolation}, profile {run.profile}, run `{run.id}`.", ""]
     out += [f"> {note}" for note in run.notes]
     for v in report.verdicts:
         if not v.status.is_notable:

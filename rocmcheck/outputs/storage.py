@@ -52,6 +52,8 @@ class Output:
     default_name: Optional[str]
     help: str
     stdout: Tuple[str, ...] = ()  # the commands where `-` names stdout (the run's own file is still written)
+    must_write: bool = False  # a file a deployment reads (the Prometheus textfile): a folder it cannot be
+    # written in is bad input, refused before the run (`options.check_outputs`), not a note after it
 
     def path(self, out_dir: Path, run_id: str, named: Mapping[str, Path]) -> Optional[Path]:
         """Where it goes: the file its option named, else its default name under `out_dir`, else nowhere."""
