@@ -7,15 +7,21 @@ reached: no torch, bad input, an internal error). Never imports torch.
 """
 from __future__ import annotations
 
+import os
 import socket
 import time
 from typing import Any, Dict, List, Optional
 
 from ..model import ExitCode, Status, Verdict, node_status
 from ..records import Report
+from ..safetext import clean
+from .render import on_gpu
 
 SCHEMA = "rocmcheck-node-verdict"
 SCHEMA_VERSION = "1.0"
+# Slurm keeps any length in the controller, but slurmdbd records a node's reason in its event
+# table's TINYTEXT column (255 bytes); NHC puts "NHC: " before ours, so 250 fits both
+REASON_LIMIT = 250
 
 
 def action(verdict: Verdict, on_gpu: bool) -> str:
@@ -40,19 +46,21 @@ def action(verdict: Verdict, on_gpu: bool) -> str:
 def verdict(report: Report, exit_code: int, files: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """The node's verdict from a finished (gate) run."""
     run = report.run
-    on_gpu = run.device != "cpu"
-    failing: List[Dict[str, Any]] = []
-    for v in report.verdicts:
-        if v.status.is_bad:
-            failing.append({"check": v.variant, "status": v.status.value, "message": v.message,
-                            "device": v.device or run.device, "action": action(v, on_gpu),
-                            "known_issues": [i.get("id") for i in v.known_issues]})
+    bad = [v for v in report.verdicts if v.status.is_bad]
+    failing: List[Dict[str, Any]] = [
+        {"check": v.variant, "status": v.status.value, "message": v.message, "device": v.device or run.device,
+         "action": action(v, run.device != "cpu"), "known_issues": [i.get("id") for i in v.known_issues]}
+        for v in bad]
     # a GO node can still be one to watch (correctable errors rising, a GPU throttled at idle)
     warnings = [{"check": v.variant, "message": v.message, "device": v.device or run.device}
                 for v in report.verdicts if v.status is Status.WARN]
-    interrupted = {"error": f"interrupted {run.where_interrupted()}"} if run.partial else {}
+    error = run.interruption() if run.partial else ""
+    interrupted = {"error": error} if error else {}
     unwritten = {"unwritten": dict(run.unwritten)} if run.unwritten else {}
-    return {**_head(exit_code), **interrupted, "device": run.device, "backend": report.device.get("backend"),
+    said = (drain_reason(node_status(exit_code), error, inject=run.inject) if error or not bad else
+            drain_reason(node_status(exit_code), bad[0].variant + on_gpu(bad[0].device), len(bad) - 1,
+                         bad[0].message, run.inject))
+    return {**_head(exit_code, said), **interrupted, "device": run.device, "backend": report.device.get("backend"),
             "gpus_seen": report.device.get("count"), "counts": run.counts, "failing": failing,
             "warnings": warnings,
             "notes": run.notes, "partial": run.partial, "reports": files or {},
@@ -61,10 +69,27 @@ def verdict(report: Report, exit_code: int, files: Optional[Dict[str, str]] = No
 
 def unknown(error: str) -> Dict[str, Any]:
     """No verdict could be reached (exit 2): say why, in the same shape."""
-    return {**_head(ExitCode.USAGE), "error": error, "failing": []}
+    return {**_head(ExitCode.USAGE, drain_reason("UNKNOWN", error)), "error": error, "failing": []}
 
 
-def _head(exit_code: int) -> Dict[str, Any]:
+def drain_reason(status: str, what: str = "", others: int = 0, message: str = "", inject: str = "") -> str:
+    """The verdict in one line a scheduler keeps as a node's reason: "rocmcheck NO-GO: device-smoke
+    on cuda:1 (gfx942, 0000:c1:00.0), +3 more: <its message>", "rocmcheck UNKNOWN: <why>",
+    "rocmcheck GO"; "rocmcheck DRILL NO-GO (injected: copy-zeros): ..." where faults were injected,
+    so a drill never reads as a real failure, even cut short. At most REASON_LIMIT characters of
+    printable ASCII without quotes, backslash or `$`: the Slurm prolog reads it from the
+    document's own line, and NHC passes it through `eval` in single quotes."""
+    head = f"rocmcheck {'DRILL ' if inject else ''}{status}" + (f" (injected: {inject})" if inject else "")
+    detail = what + (f", +{others} more" if others else "") + (f": {message}" if message else "")
+    text = " ".join(f"{head}: {detail}".split()) if detail else head
+    text = "".join(c if " " <= c <= "~" and c not in "'\"\\`$" else "?" for c in text)
+    return text if len(text) <= REASON_LIMIT else text[:REASON_LIMIT - 3] + "..."
+
+
+def _head(exit_code: int, reason: str) -> Dict[str, Any]:
+    """The fields every node verdict starts with; `job_id` is the scheduler's job that ran the gate
+    (Slurm's prolog and job steps set $SLURM_JOB_ID), so each job's verdict names its job."""
     return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "node": socket.gethostname(),
+            "job_id": clean(os.environ.get("SLURM_JOB_ID", "")) or None,
             "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "status": node_status(exit_code), "exit_code": int(exit_code)}
+            "status": node_status(exit_code), "exit_code": int(exit_code), "reason": reason}
