@@ -25,6 +25,7 @@ NOT_POSITIVE = "must be a finite positive number of seconds, not '0'"
     (Given({"timeout": None}, PYTEST, {"timeout": "0"}), {}, f"ini option rocm_timeout {NOT_POSITIVE}"),
     (Given({"timeout": 0}, "rocmcheck.gate({name}=...)"), {}, f"rocmcheck.gate(timeout=...) {NOT_POSITIVE}"),
     (Given({"first_use_timeout": "0"}), {}, f"--first-use-timeout {NOT_POSITIVE}"),
+    (Given({"deadline": "inf"}), {}, "--deadline must be a finite positive number of seconds, not 'inf'"),
     (Given({"expect_gpus": None}), {"ROCMCHECK_EXPECT_GPUS": "eight"},
      "$ROCMCHECK_EXPECT_GPUS must be a whole number, not 'eight'"),
     (Given({"isolation": None}, PYTEST, {"isolation": "fork"}), {},
@@ -32,8 +33,8 @@ NOT_POSITIVE = "must be a finite positive number of seconds, not '0'"
     (Given({"device": "gpu7"}), {}, "--device must be auto, all, cpu or cuda:N[,M...], not 'gpu7'"),
     (Given({"inject": None}), {"ROCMCHECK_INJECT": "melt"}, "unknown fault 'melt' (see: rocmcheck list --faults)"),
     (Given({"probes_path": ["/no/such/dir"]}), {}, "probes path '/no/such/dir' is not a readable directory"),
-], ids=["flag", "pytest-flag", "ini", "gate-argument", "first-use", "env", "ini-isolation", "device", "env-fault",
-        "probes-path"])
+], ids=["flag", "pytest-flag", "ini", "gate-argument", "first-use", "deadline", "env", "ini-isolation", "device",
+        "env-fault", "probes-path"])
 def test_a_bad_value_is_one_line_naming_where_it_came_from(monkeypatch, given, env, message):
     for key, value in env.items():
         monkeypatch.setenv(key, value)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Tuple
@@ -107,6 +108,10 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
     Option("first_use_timeout", f"limit in seconds for a probe's first call (compilation, kernel search), kept "
            f"apart from the timeout (default {FIRST_USE_LIMIT_S:g}, or the --timeout given)", "S", positive,
            "a finite positive number of seconds", ini="string", at_parse=True),
+    Option("deadline", "bound the whole run to S seconds from the command's start: at S the running probes are "
+           "killed and the run ends UNKNOWN (exit 2) with its verdict and reports written, about 2 s later; set it "
+           "below the scheduler's own limit (Slurm's PrologEpilogTimeout), whose kill would leave no verdict",
+           "S", positive, "a finite positive number of seconds", at_parse=True),
     Option("inject", "inject faults, NAME[:ARG][@PROBE_GLOB],... (see: rocmcheck list --faults)", "FAULT[,FAULT]",
            inject, env=INJECT_ENV),
     Option("probes_path", "also load probe modules from DIR (repeatable; also $ROCMCHECK_PROBES_PATH, which "
@@ -207,6 +212,7 @@ class RunOptions:
     kill_policy: KillPolicy = KillPolicy()  # how a hung child is ended, and how long its tree may take to go
     needs_torch: bool = True  # False for `rocmcheck env`, which reports a missing torch as a fact
     expect_gpus: Optional[int] = None  # fewer GPUs seen fails gpu-visible (a fleet's node check)
+    deadline: Optional[float] = None  # the whole run's budget in seconds from the process's start (POSIX)
 
     @classmethod
     def build(cls, given: Given, folders: Optional[Mapping[str, Optional[Path]]] = None,
@@ -226,9 +232,11 @@ class RunOptions:
         options = cls(device=given.value("device") or "auto", isolation=given.value("isolation") or default_isolation(),
                       timeout=given.value("timeout"), first_use_timeout=given.value("first_use_timeout"),
                       inject=given.value("inject") or "", probes_paths=probes_paths,
-                      expect_gpus=given.value("expect_gpus"),
+                      expect_gpus=given.value("expect_gpus"), deadline=given.value("deadline"),
                       profile=profile or ("gate" if given.value("gate_only") else "full"), **fixed)
         known_issues.entries()  # a broken file is bad input now, not at the first failure
+        if options.deadline is not None and not hasattr(signal, "setitimer"):  # the runner's timer (Windows has none)
+            raise UsageError("--deadline needs a POSIX interval timer (setitimer), which this platform lacks")
         if options.device.startswith("simgpu:"):  # else the run would look for cuda:N and say it is not present
             from .. import faults
 
