@@ -142,30 +142,6 @@ def test_multi_node_recipe_runs_under_torchrun_over_loopback(tmp_path):
 RECIPES = Path(__file__).resolve().parent.parent / "docs" / "recipes"
 
 
-def _prolog(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    wrapper = tmp_path / "rocmcheck"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m rocmcheck "$@"\n')
-    wrapper.chmod(0o755)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("ROCMCHECK_")}
-    environ.update(ROCMCHECK=str(wrapper), ROCMCHECK_DIR=str(tmp_path / "fleet"), **env)
-    return subprocess.run(["sh", str(RECIPES / "slurm-prolog.sh"), *args], capture_output=True, text=True,
-                          env=environ, timeout=300)
-
-
-@pytest.mark.children
-def test_slurm_prolog_passes_a_good_node_and_drains_a_bad_one(tmp_path):
-    narrow = ("--device", "cpu", "--probe", "device-smoke")
-    good = _prolog(tmp_path, *narrow)
-    verdict = json.loads((tmp_path / "fleet" / "verdicts" / f"{socket.gethostname()}.json").read_text())
-    assert good.returncode == 0 and verdict["status"] == "GO", good.stderr
-    bad = _prolog(tmp_path, *narrow, ROCMCHECK_INJECT="copy-zeros")
-    verdict = json.loads((tmp_path / "fleet" / "verdicts" / f"{socket.gethostname()}.json").read_text())
-    assert bad.returncode == 1 and verdict["status"] == "NO-GO" and "is not ready (exit 1)" in bad.stderr
-    short = _prolog(tmp_path, *narrow, ROCMCHECK_EXPECT_GPUS="8")
-    assert short.returncode == 1
-    assert main(["matrix", str(tmp_path / "fleet" / "reports")]) == 0  # the fleet's reports, one matrix
-
-
 def test_k8s_init_container_command_is_a_valid_gate_command():
     from rocmcheck.cli import build_parser
 
