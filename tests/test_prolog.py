@@ -27,6 +27,20 @@ pytestmark = [pytest.mark.children,
               pytest.mark.skipif(sys.platform == "win32", reason="a POSIX shell script")]
 
 
+def run_group(argv: List[str], env: Dict[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    """`argv` in a process group of its own, the whole group killed if it outlives `timeout` (a
+    failing test must not leave a gate with hung probes behind)."""
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{argv} ran over {timeout} s: {err[-2000:]}")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 def executable(path: Path, text: str) -> Path:
     path.write_text(text)
     path.chmod(0o755)
@@ -58,8 +72,7 @@ class Prolog:
                 "ROCMCHECK_ARGS": "--device cpu --probe device-smoke", **settings}
 
     def run(self, **settings: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["/bin/sh", str(PROLOG)], env=self.env(**settings), capture_output=True, text=True,
-                              timeout=300, cwd=self.tmp)
+        return run_group(["/bin/sh", str(PROLOG)], self.env(**settings), self.tmp, timeout=300)
 
     def drains(self) -> List[List[str]]:
         return [line.rstrip("|").split("|") for line in self.calls.read_text().splitlines()] if self.calls.exists() \
@@ -217,7 +230,7 @@ def test_the_nhc_check_fails_by_nhcs_conventions_and_never_drains_itself(prolog,
               "exit $?\n")
     env = {**prolog.env(ROCMCHECK_INJECT=inject), "OFFLINED": str(offline), "PATH": os.environ["PATH"]}
     env.pop("SLURM_JOB_ID")  # NHC runs outside any job
-    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    done = run_group(["bash", "-c", script], env, prolog.tmp, timeout=120)
     assert done.returncode == code, prolog.log()
     said = offline.read_text().strip() if offline.exists() else None
     assert (said or "").startswith(offlined or "") and (said is None) == (offlined is None)
