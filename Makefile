@@ -30,7 +30,7 @@ BIN := $(VENV)/bin
 
 PYTEST_FAST_WORKERS ?= 2
 
-.PHONY: gate test test-fast simgpu-test clean compat cuda-build-test
+.PHONY: gate test test-fast simgpu-test clean compat cuda-build-test slurm-test
 
 $(VENV)/.installed-gate: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -88,3 +88,13 @@ $(CUDA_VENV)/.installed: pyproject.toml
 
 cuda-build-test: $(CUDA_VENV)/.installed
 	$(CUDA_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_cuda_build.py
+
+# The Slurm prolog recipe in a real one-node Slurm on localhost (tests/test_slurm.py): installs
+# Debian's slurm-wlm and munge (root, apt), starts munged, slurmctld and slurmd under a temporary
+# folder, runs the recipe's cases and the docs' Slurm commands, stops the daemons by PID.
+# About 2 min on 2 loaded cores, plus the install; not in CI (root daemons, and CI's time goes to
+# `make test`). ROCMCHECK_NHC_SOURCE=<a checkout of NHC> adds NHC itself.
+slurm-test: $(VENV)/.installed
+	@PATH="$$PATH:/usr/sbin" command -v slurmctld >/dev/null && PATH="$$PATH:/usr/sbin" command -v munged >/dev/null || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; }
+	ROCMCHECK_SLURM_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_slurm.py

@@ -66,6 +66,15 @@ def where_interrupted(interrupted: Optional[str]) -> str:
     return marker if marker in (BEFORE_FIRST, BETWEEN) else f"during {marker}"
 
 
+INTERRUPTED_BY = "interrupted by "
+
+
+def interruption_note(cause: str, interrupted: Optional[str]) -> str:
+    """The note a run keeps when something stops it ("interrupted by SIGTERM during device-smoke");
+    `RunInfo.interruption` reads it back, so the cause is said without a field of its own."""
+    return f"{INTERRUPTED_BY}{cause} {where_interrupted(interrupted)}"
+
+
 @dataclass
 class RunInfo:
     """The report's `run`: what ran, how, and how it ended. The fields up to `notes` are known when
@@ -96,6 +105,12 @@ class RunInfo:
     def where_interrupted(self) -> str:
         """Where the run stopped, as the words after "interrupted" (`where_interrupted`)."""
         return where_interrupted(self.interrupted)
+
+    def interruption(self) -> str:
+        """What stopped this partial run and where: its `interruption_note`, or (a report that
+        kept none) "interrupted during <variant>"."""
+        said = [note for note in self.notes if note.startswith(INTERRUPTED_BY)]
+        return said[-1] if said else f"interrupted {self.where_interrupted()}"
 
     def header(self) -> Dict[str, Any]:
         """What the journal's header says of the run: the fields known at its start."""

@@ -142,30 +142,6 @@ def test_multi_node_recipe_runs_under_torchrun_over_loopback(tmp_path):
 RECIPES = Path(__file__).resolve().parent.parent / "docs" / "recipes"
 
 
-def _prolog(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    wrapper = tmp_path / "rocmcheck"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m rocmcheck "$@"\n')
-    wrapper.chmod(0o755)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("ROCMCHECK_")}
-    environ.update(ROCMCHECK=str(wrapper), ROCMCHECK_DIR=str(tmp_path / "fleet"), **env)
-    return subprocess.run(["sh", str(RECIPES / "slurm-prolog.sh"), *args], capture_output=True, text=True,
-                          env=environ, timeout=300)
-
-
-@pytest.mark.children
-def test_slurm_prolog_passes_a_good_node_and_drains_a_bad_one(tmp_path):
-    narrow = ("--device", "cpu", "--probe", "device-smoke")
-    good = _prolog(tmp_path, *narrow)
-    verdict = json.loads((tmp_path / "fleet" / "verdicts" / f"{socket.gethostname()}.json").read_text())
-    assert good.returncode == 0 and verdict["status"] == "GO", good.stderr
-    bad = _prolog(tmp_path, *narrow, ROCMCHECK_INJECT="copy-zeros")
-    verdict = json.loads((tmp_path / "fleet" / "verdicts" / f"{socket.gethostname()}.json").read_text())
-    assert bad.returncode == 1 and verdict["status"] == "NO-GO" and "is not ready (exit 1)" in bad.stderr
-    short = _prolog(tmp_path, *narrow, ROCMCHECK_EXPECT_GPUS="8")
-    assert short.returncode == 1
-    assert main(["matrix", str(tmp_path / "fleet" / "reports")]) == 0  # the fleet's reports, one matrix
-
-
 def test_k8s_init_container_command_is_a_valid_gate_command():
     from rocmcheck.cli import build_parser
 
@@ -193,3 +169,56 @@ def test_a_rank_that_skips_before_its_checks_still_writes_its_result(tmp_path, m
     result = tmp_path / "0.json"
     assert multigpu.rank_entry(["--result", str(result)]) == 1
     assert "torch 2.2.2 has no FSDP2" in json.loads(result.read_text())["error"]
+
+
+# --- the drain reason and the job a verdict belongs to ------------------------------------------
+
+GPU1 = {"name": "cuda:1", "index": 1, "arch": "gfx942", "pci_address": "0000:c1:00.0"}
+
+
+def _gate_report(verdicts: list, **run) -> Report:
+    return Report.from_dict({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run": {"device": "cuda:0", **run},
+                             "verdicts": [{"probe": v["variant"].split("[")[0], **v} for v in verdicts]})
+
+
+def test_the_reason_names_the_first_failure_its_gpu_and_how_many_more():
+    report = _gate_report([{"variant": "device-smoke", "status": "pass", "device": {"name": "cuda:0", "index": 0}},
+                           {"variant": "device-smoke", "status": "crash", "message": "crashed: SIGSEGV",
+                            "device": GPU1},
+                           {"variant": "transfer[to-float32]", "status": "fail", "message": "zeros", "device": GPU1},
+                           {"variant": "node-health", "status": "fail", "message": "bad pages", "device": GPU1}])
+    doc = node.verdict(report, 1)
+    assert doc["reason"] == ("rocmcheck NO-GO: device-smoke on cuda:1 (gfx942, 0000:c1:00.0), +2 more: "
+                             "crashed: SIGSEGV")
+    go = node.verdict(_gate_report([{"variant": "device-smoke", "status": "pass"}]), 0)
+    assert go["reason"] == "rocmcheck GO" and go["status"] == "GO"
+
+
+def test_a_drill_says_so_first_and_an_interruption_says_what_stopped_it():
+    drill = _gate_report([{"variant": "device-smoke", "status": "fail", "message": "wrong at 3"}], inject="copy-zeros")
+    assert node.verdict(drill, 1)["reason"] == "rocmcheck DRILL NO-GO (copy-zeros): device-smoke: wrong at 3"
+    stopped = _gate_report([], partial=True, interrupted="fake-sleep",
+                           notes=["interrupted by the --deadline of 8s during fake-sleep"])
+    doc = node.verdict(stopped, 2)
+    assert doc["error"] == "interrupted by the --deadline of 8s during fake-sleep"
+    assert doc["reason"] == "rocmcheck UNKNOWN: interrupted by the --deadline of 8s during fake-sleep"
+    older = node.verdict(_gate_report([], partial=True, interrupted="fake-sleep"), 2)  # a report that kept no note
+    assert older["error"] == "interrupted during fake-sleep"
+
+
+@pytest.mark.parametrize("error", ["x" * 600, "it's \"quoted\" `cmd` $HOME \\ back\nslash \x1b[31m ünï ☃",
+                                   "  spaced \t out  "])
+def test_a_reason_is_short_plain_ascii_that_sh_and_nhc_can_carry(error):
+    reason = node.unknown(error)["reason"]
+    assert len(reason) <= node.REASON_LIMIT == 250 and reason.startswith("rocmcheck UNKNOWN: ")
+    assert all(" " <= c <= "~" for c in reason) and not set(reason) & set("'\"`$\\")
+    assert "  " not in reason and (len(error) < 300 or reason.endswith("..."))
+
+
+def test_the_verdict_names_the_slurm_job_that_ran_it(monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert node.unknown("x")["job_id"] is None
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    assert node.unknown("x")["job_id"] == "4242" and node.verdict(_gate_report([]), 0)["job_id"] == "4242"
+    monkeypatch.setenv("SLURM_JOB_ID", "9\x1b[2J\"odd")
+    assert json.loads(json.dumps(node.unknown("x")))["job_id"] == "9\"odd"  # escapes gone, JSON-escaped

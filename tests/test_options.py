@@ -25,6 +25,7 @@ NOT_POSITIVE = "must be a finite positive number of seconds, not '0'"
     (Given({"timeout": None}, PYTEST, {"timeout": "0"}), {}, f"ini option rocm_timeout {NOT_POSITIVE}"),
     (Given({"timeout": 0}, "rocmcheck.gate({name}=...)"), {}, f"rocmcheck.gate(timeout=...) {NOT_POSITIVE}"),
     (Given({"first_use_timeout": "0"}), {}, f"--first-use-timeout {NOT_POSITIVE}"),
+    (Given({"deadline": "inf"}), {}, "--deadline must be a finite positive number of seconds, not 'inf'"),
     (Given({"expect_gpus": None}), {"ROCMCHECK_EXPECT_GPUS": "eight"},
      "$ROCMCHECK_EXPECT_GPUS must be a whole number, not 'eight'"),
     (Given({"isolation": None}, PYTEST, {"isolation": "fork"}), {},
@@ -37,8 +38,8 @@ NOT_POSITIVE = "must be a finite positive number of seconds, not '0'"
      "ini option rocm_duration must be seconds from 1 to a week (or 15m, 2h), not '1e9'"),
     (Given({"level": "1", "duration": "15m"}, PYTEST), {},
      "--rocm-duration is the budget of level 2 or 3: add --rocm-level 2 or 3 (level 1, the gate's, works 2 s per GPU)"),
-], ids=["flag", "pytest-flag", "ini", "gate-argument", "first-use", "env", "ini-isolation", "device", "env-fault",
-        "probes-path", "level", "ini-duration", "duration-without-level"])
+], ids=["flag", "pytest-flag", "ini", "gate-argument", "first-use", "deadline", "env", "ini-isolation", "device",
+        "env-fault", "probes-path", "level", "ini-duration", "duration-without-level"])
 def test_a_bad_value_is_one_line_naming_where_it_came_from(monkeypatch, given, env, message):
     for key, value in env.items():
         monkeypatch.setenv(key, value)

@@ -169,6 +169,32 @@ def test_sigterm_during_the_gate_is_unknown_never_no_go(tmp_path):
 
 
 @pytest.mark.children
+def test_the_deadline_ends_a_hung_gate_unknown_with_its_verdict_and_no_process(tmp_path):
+    """--deadline: the gate's whole budget from the process's start; at it the run ends as at a
+    SIGTERM (UNKNOWN, verdict and report written), before a scheduler's own kill would leave nothing."""
+    out = tmp_path / "out"
+    started = time.monotonic()
+    proc = subprocess.Popen([*ROCMCHECK, *GATE, "--require", "fake-pass", "--require", "fake-sleep", "--deadline", "12",
+                             "--out-dir", str(out), "--json", "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    tree: list = []
+    while proc.poll() is None:  # every process of the run, seen while it runs
+        tree.extend(p for p in ours(proc) if p not in tree)
+        time.sleep(0.2)
+    stdout, stderr = proc.communicate(timeout=30)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 2, stderr
+    node = json.loads(stdout)
+    assert node["status"] == "UNKNOWN" and node["failing"] == [] and node["partial"] is True
+    assert node["error"] == "interrupted by the --deadline of 12s during fake-sleep", stderr
+    assert node["reason"] == f"rocmcheck UNKNOWN: {node['error']}"
+    assert 12 <= elapsed < 12 + 2, elapsed  # its verdict within 2 s of the deadline (a Slurm kill: 10 ms)
+    (report,) = out.glob("*.json")
+    assert json.loads(report.read_text())["run"]["interrupted"] == "fake-sleep"
+    assert tree and psutil.wait_procs(tree, timeout=2)[1] == []
+
+
+@pytest.mark.children
 def test_sigterm_while_the_isolation_server_starts_leaves_no_process(tmp_path):
     """device-smoke makes the server import torch before it is ready: SIGTERM lands in that second."""
     out = tmp_path / "out"
@@ -333,3 +359,21 @@ def test_two_nodes_with_pid_1_in_the_same_second_keep_both_reports(tmp_path):
         assert "2 reports" in matrix.stdout
     finally:
         shutil.rmtree(shared)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="POSIX signals")
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGALRM"])
+def test_an_interrupt_while_a_process_starts_waits_until_its_handle_is_kept(signum):
+    """A SIGTERM or the --deadline's SIGALRM in the middle of starting a child would orphan it: they are
+    held back while a process of ours starts, then delivered."""
+    from rocmcheck.engine.isolation import interrupts_deferred
+
+    seen: list = []
+    previous = signal.signal(getattr(signal, signum), lambda s, f: seen.append(s))
+    try:
+        with interrupts_deferred():
+            signal.raise_signal(getattr(signal, signum))
+            assert seen == []  # not yet
+        assert seen == [getattr(signal, signum)]
+    finally:
+        signal.signal(getattr(signal, signum), previous)

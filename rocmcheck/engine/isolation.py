@@ -295,13 +295,14 @@ class Isolation:
 
 @contextlib.contextmanager
 def interrupts_deferred() -> Iterator[None]:
-    """Hold SIGTERM and Ctrl-C back while a process of ours starts (until its handle is kept),
-    then deliver them: an interrupt in the middle of Popen would orphan the new process."""
+    """Hold SIGTERM, Ctrl-C and the --deadline's SIGALRM back while a process of ours starts (until
+    its handle is kept), then deliver them: an interrupt in the middle of Popen would orphan the
+    new process."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     pending: List[int] = []
-    wanted = (signal.SIGTERM, signal.SIGINT)
+    wanted = (signal.SIGTERM, signal.SIGINT, *([signal.SIGALRM] if hasattr(signal, "SIGALRM") else []))
     previous = {signum: signal.signal(signum, lambda signum, frame: pending.append(signum)) for signum in wanted}
     try:
         yield

@@ -15,6 +15,7 @@ import argparse
 import math
 import os
 import re
+import signal
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,6 +155,10 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
     Option("first_use_timeout", f"limit in seconds for a probe's first call (compilation, kernel search), kept "
            f"apart from the timeout (default {FIRST_USE_LIMIT_S:g}, or the --timeout given)", "S", positive,
            "a finite positive number of seconds", ini="string", at_parse=True),
+    Option("deadline", "bound the whole run to S seconds from the command's start: at S the running probes are "
+           "killed and the run ends UNKNOWN (exit 2) with its verdict and reports written, about 2 s later; set it "
+           "below the scheduler's own limit (Slurm's PrologEpilogTimeout), whose kill would leave no verdict",
+           "S", positive, "a finite positive number of seconds", at_parse=True),
     Option("inject", "inject faults, NAME[:ARG][@PROBE_GLOB],... (see: rocmcheck list --faults)", "FAULT[,FAULT]",
            inject, env=INJECT_ENV),
     Option("probes_path", "also load probe modules from DIR (repeatable; also $ROCMCHECK_PROBES_PATH, which "
@@ -278,6 +283,7 @@ class RunOptions:
     slow_gpu: str = "warn"  # what a GPU slower than its peers makes the run: warn, or nogo (its verdict fails)
     level: int = 1  # which variants of probes with levels run (`--level`), and so their budget
     duration: Optional[float] = None  # `--duration`: the budget per GPU of level 2 or 3 in place of its default
+    deadline: Optional[float] = None  # the whole run's budget in seconds from the process's start (POSIX)
 
     @classmethod
     def build(cls, given: Given, folders: Optional[Mapping[str, Optional[Path]]] = None,
@@ -299,12 +305,15 @@ class RunOptions:
                       inject=given.value("inject") or "", probes_paths=probes_paths,
                       expect_gpus=given.value("expect_gpus"), slow_gpu=given.value("slow_gpu") or "warn",
                       level=given.value("level") or 1, duration=given.value("duration"),
+                      deadline=given.value("deadline"),
                       profile=profile or ("gate" if given.value("gate_only") else "full"), **fixed)
         if options.duration is not None and options.level < 2:
             raise UsageError(f"{given.flag('duration')} is the budget of level 2 or 3: add {given.flag('level')} 2 "
                              f"or 3 (level 1, the gate's, works {LEVEL_BUDGETS_S[1]:g} s per GPU)")
         known_issues.entries()  # a broken file is bad input now, not at the first failure
         speed.rows()  # and a broken speed spec table too
+        if options.deadline is not None and not hasattr(signal, "setitimer"):  # the runner's timer (Windows has none)
+            raise UsageError("--deadline needs a POSIX interval timer (setitimer), which this platform lacks")
         if options.device.startswith("simgpu:"):  # else the run would look for cuda:N and say it is not present
             from .. import faults
 

@@ -22,6 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
+import psutil
+
 from .. import __version__, agreement, faults, registry, torchapi
 from ..context import ProbeContext
 from ..errors import Interrupted, TorchMissing, UsageError, raise_interrupted
@@ -30,7 +32,7 @@ from ..knowledge import known_issues, speed
 from ..knowledge.signatures import BY_MEANING, signatures
 from ..model import SPEED_MEASUREMENTS, DeviceInfo, RunsIn, Status, Variant, Verdict, preloads
 from ..outputs.storage import Journal, Output, journal_path, new_run_id, write_outputs
-from ..records import BEFORE_FIRST, SCHEMA, SCHEMA_VERSION, Report, RunInfo, where_interrupted
+from ..records import BEFORE_FIRST, SCHEMA, SCHEMA_VERSION, Report, RunInfo, interruption_note
 from ..safetext import clean, clean_env, clean_tree
 from . import devices
 from .devices import GPU_VISIBLE
@@ -503,19 +505,44 @@ class Runner:
         previous = signal.signal(signal.SIGTERM, raise_interrupted) if in_main else None
         interrupted: Optional[str] = None
         try:
-            self.start(variants)
-            self.run_queues(self.with_baselines(self.with_gpu_check(variants)))
-            self.judge_node(variants)
-            if after is not None:
-                after()
+            with self.deadline(in_main):
+                self.start(variants)
+                self.run_queues(self.with_baselines(self.with_gpu_check(variants)))
+                self.judge_node(variants)
+                if after is not None:
+                    after()
         except (KeyboardInterrupt, Interrupted) as exc:
             interrupted = self.current or BEFORE_FIRST
-            self.note(f"interrupted by {exc.args[0] if exc.args else 'Ctrl-C'} {where_interrupted(interrupted)}")
+            self.note(interruption_note(exc.args[0] if exc.args else "Ctrl-C", interrupted))
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
             self.close_launcher()
         return self.finish(interrupted)
+
+    @contextlib.contextmanager
+    def deadline(self, in_main: bool) -> Iterator[None]:
+        """`--deadline S`: at S seconds from the process's start (imports and probe loading count:
+        a scheduler's limit counts them too) the run is interrupted as by SIGTERM, so the running
+        children are killed and the verdict and reports are still written before a scheduler's
+        own kill, which leaves nothing. A real signal (SIGALRM), because only a signal wakes a
+        main thread blocked in a wait; the timer is off again before the outputs are written."""
+        budget = self.opts.deadline
+        if budget is None or not in_main:  # the commands run in the main thread; signals reach only it
+            yield
+            return
+        cause = f"the --deadline of {budget:g}s"
+
+        def expired(signum: int, frame: Any) -> None:
+            raise Interrupted(cause)
+
+        previous = signal.signal(signal.SIGALRM, expired)
+        signal.setitimer(signal.ITIMER_REAL, max(budget - process_age(), 0.001))
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
     @functools.cached_property
     def fingerprint_cache(self) -> Dict[str, Any]:
@@ -556,6 +583,17 @@ class Runner:
         verdicts = known_issues.judged(self.verdicts, self.fingerprint_cache)
         return Report(run=run, verdicts=verdicts, fingerprint=self.fingerprint_cache, tool=self._tool(),
                       sections=dict(self.sections))
+
+
+def process_age() -> float:
+    """Seconds since this process started: to the clock tick on Linux, from /proc (psutil's start
+    time there rests on the boot time, which /proc/stat gives to the second), else psutil's."""
+    try:
+        with open("/proc/self/stat") as stat:
+            started = int(stat.read().rpartition(")")[2].split()[19])  # field 22, starttime, in clock ticks
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - started / os.sysconf("SC_CLK_TCK")
+    except (OSError, AttributeError, ValueError, IndexError):  # no /proc, no CLOCK_BOOTTIME (macOS)
+        return time.time() - psutil.Process().create_time()
 
 
 def scratch_dir() -> Path:

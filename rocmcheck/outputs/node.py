@@ -11,6 +11,7 @@ Never imports torch.
 """
 from __future__ import annotations
 
+import os
 import socket
 import time
 from typing import Any, Dict, List, Optional
@@ -18,14 +19,18 @@ from typing import Any, Dict, List, Optional
 from ..faults import drill_split
 from ..model import ExitCode, Status, Verdict, node_status
 from ..records import Report
+from ..safetext import clean
 from .render import counts_line, injected, on_gpu
 
 SCHEMA = "rocmcheck-node-verdict"
-SCHEMA_VERSION = "1.1"  # 1.1: `drill` and `simulated`
+SCHEMA_VERSION = "1.2"  # 1.1: `drill` and `simulated`; 1.2: `job_id` and `reason`
 # node-problem-detector keeps at most this many bytes of a custom plugin's stdout as the condition's
 # message: `max_output_length`, default 80 (pkg/custompluginmonitor/types/config.go,
 # defaultMaxOutputLength; plugin.go cuts the output there)
 NPD_OUTPUT_LIMIT = 80
+# Slurm keeps any length in the controller, but slurmdbd records a node's reason in its event
+# table's TINYTEXT column (255 bytes); NHC puts "NHC: " before ours, so 250 fits both
+REASON_LIMIT = 250
 
 
 def action(verdict: Verdict, on_gpu: bool) -> str:
@@ -50,13 +55,11 @@ def action(verdict: Verdict, on_gpu: bool) -> str:
 def verdict(report: Report, exit_code: int, files: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """The node's verdict from a finished (gate) run."""
     run = report.run
-    on_gpu = run.device != "cpu"
-    failing: List[Dict[str, Any]] = []
-    for v in report.verdicts:
-        if v.status.is_bad:
-            failing.append({"check": v.variant, "status": v.status.value, "message": v.message,
-                            "device": v.device or run.device, "action": action(v, on_gpu),
-                            "known_issues": [i.get("id") for i in v.known_issues]})
+    bad = [v for v in report.verdicts if v.status.is_bad]
+    failing: List[Dict[str, Any]] = [
+        {"check": v.variant, "status": v.status.value, "message": v.message, "device": v.device or run.device,
+         "action": action(v, run.device != "cpu"), "known_issues": [i.get("id") for i in v.known_issues]}
+        for v in bad]
     # a GO node can still be one to watch (correctable errors rising, a GPU throttled at idle)
     warnings = [{"check": v.variant, "message": v.message, "device": v.device or run.device}
                 for v in report.verdicts if v.status is Status.WARN]
@@ -64,11 +67,15 @@ def verdict(report: Report, exit_code: int, files: Optional[Dict[str, str]] = No
     slow = [{k: g.get(k) for k in ("gpu", "device", "pci_address", "model", "figure", "value", "reference", "unit",
                                      "basis", "status", "message")}
             for g in (report.sections.get("speed") or {}).get("slow_gpus") or []]
-    interrupted = {"error": f"interrupted {run.where_interrupted()}"} if run.partial else {}
+    error = run.interruption() if run.partial else ""
+    interrupted = {"error": error} if error else {}
     unwritten = {"unwritten": dict(run.unwritten)} if run.unwritten else {}
     drill, simulated = injected(report)
     injections = {**({"drill": drill} if drill else {}), **({"simulated": simulated} if simulated else {})}
-    return {**_head(exit_code), **interrupted, **injections, "device": run.device,
+    status = node_status(exit_code)
+    said = (drain_reason(status, error, drill=drill) if error or not bad else
+            drain_reason(status, bad[0].variant + on_gpu(bad[0].device), len(bad) - 1, bad[0].message, drill))
+    return {**_head(exit_code, said), **interrupted, **injections, "device": run.device,
             "backend": report.device.get("backend"), "gpus_seen": report.device.get("count"), "counts": run.counts,
             "failing": failing, "warnings": warnings, "slow_gpus": slow,
             "notes": run.notes, "partial": run.partial, "reports": files or {},
@@ -77,13 +84,26 @@ def verdict(report: Report, exit_code: int, files: Optional[Dict[str, str]] = No
 
 def unknown(error: str) -> Dict[str, Any]:
     """No verdict could be reached (exit 2): say why, in the same shape."""
-    return {**_head(ExitCode.USAGE), "error": error, "failing": []}
+    return {**_head(ExitCode.USAGE, drain_reason("UNKNOWN", error)), "error": error, "failing": []}
 
 
-def _head(exit_code: int) -> Dict[str, Any]:
+def drain_reason(status: str, what: str = "", others: int = 0, message: str = "",
+                 drill: Optional[List[str]] = None) -> str:
+    """The verdict in one line a scheduler keeps as a node's reason (`one_line`, at most
+    REASON_LIMIT characters): "rocmcheck NO-GO: device-smoke on cuda:1 (gfx942, 0000:c1:00.0),
+    +3 more: <its message>", "rocmcheck UNKNOWN: <why>", "rocmcheck GO"; `drill`: the faults a
+    drill injected (a simulation, `--inject simgpu:N` alone, is none)."""
+    detail = what + (f", +{others} more" if others else "") + (f": {message}" if message else "")
+    return one_line(status, detail, drill or [], REASON_LIMIT)
+
+
+def _head(exit_code: int, reason: str) -> Dict[str, Any]:
+    """The fields every node verdict starts with; `job_id` is the scheduler's job that ran the gate
+    (Slurm's prolog and job steps set $SLURM_JOB_ID), so each job's verdict names its job."""
     return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "node": socket.gethostname(),
+            "job_id": clean(os.environ.get("SLURM_JOB_ID", "")) or None,
             "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "status": node_status(exit_code), "exit_code": int(exit_code)}
+            "status": node_status(exit_code), "exit_code": int(exit_code), "reason": reason}
 
 
 def npd_line(report: Report, exit_code: int) -> str:
@@ -95,7 +115,7 @@ def npd_line(report: Report, exit_code: int) -> str:
     status = node_status(exit_code)
     bad = [v for v in report.verdicts if v.status.is_bad]
     if report.run.partial:
-        detail = f"interrupted {report.run.where_interrupted()}"
+        detail = report.run.interruption()
     elif bad:
         # the GPU by its torch name: its arch and PCI address would push the rest past 80 bytes
         more = f", +{len(bad) - 1} more" if len(bad) > 1 else ""
@@ -111,9 +131,12 @@ def npd_unknown(error: str, inject: str = "") -> str:
 
 
 def one_line(status: str, detail: str, drill: List[str], limit: int = NPD_OUTPUT_LIMIT) -> str:
-    """"rocmcheck STATUS: detail" ("rocmcheck DRILL STATUS (FAULTS): ..." in a drill, the faults it injected) as
-    printable ASCII on one line, at most `limit` bytes: a message a node condition shows whole."""
+    """"rocmcheck STATUS: detail" ("rocmcheck DRILL STATUS (FAULTS): ..." in a drill, so a
+    drill never reads as a real failure, even cut short) as one line of printable ASCII without
+    quotes, backslash or `$` (the Slurm prolog reads it from the document's own line, NHC passes it
+    through `eval` in single quotes), at most `limit` characters: a node condition's message
+    (`npd_line`) or a scheduler's reason (`drain_reason`)."""
     head = f"rocmcheck {'DRILL ' if drill else ''}{status}" + (f" ({','.join(drill)})" if drill else "")
     text = " ".join(f"{head}: {detail}".split()) if detail else head
-    text = "".join(c if " " <= c <= "~" else "?" for c in text)
+    text = "".join(c if " " <= c <= "~" and c not in "'\"\\`$" else "?" for c in text)
     return text if len(text) <= limit else text[:limit - 3] + "..."
