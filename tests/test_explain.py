@@ -298,6 +298,9 @@ def test_every_known_issue_matches_its_failure_and_no_near_miss(entry):
     if "os" in entry:
         misses["another OS"] = (verdict, {**fingerprint, "host": {**fingerprint["host"], "system": "Plan9",
                                                                   "wsl": False}})
+    if "not_os" in entry:
+        misses["the OS it never applies to"] = (verdict, {**fingerprint, "host": {**fingerprint["host"],
+                                                                                  "system": "Linux", "wsl": True}})
     if "backend" in entry:
         other = {**fingerprint["device_facts"], "backend": "cuda" if entry["backend"] == "rocm" else "rocm"}
         misses["another backend"] = (verdict, {**fingerprint, "device_facts": other})
