@@ -1,13 +1,16 @@
 """`rocmcheck explain`, the known issues against real reports, and the no-binary crash path.
 
-The corpus (tests/data/real_reports.json) holds real failure reports from public trackers,
-each reduced to its error lines, the environment it states, the confirmed resolution and
-its link. explain must rank the right known issue first and name nothing wrong with
-confidence; precision and recall over the corpus have floors here.
+The corpus holds real failure reports from public trackers, each reduced to the lines the user
+pasted, the environment it states, the confirmed resolution, its failure class and its link. It
+is split by a fixed rule (`held_out`) into a tuning part (tests/data/real_reports.json) and a
+held-out part (tests/data/explain_heldout.json) that no signature was written from, so the
+numbers on the held-out part say how explain does on logs it has not seen.
 """
 from __future__ import annotations
 
 import codecs
+import fnmatch
+import hashlib
 import io
 import json
 import random
@@ -26,11 +29,28 @@ import pytest
 from rocmcheck.cli import main
 from rocmcheck.host import hostgpu
 from rocmcheck.knowledge import known_issues
+from rocmcheck.knowledge.classes import CLASSES
 from rocmcheck.knowledge.explain import explain, recognise, stated_facts
-from rocmcheck.knowledge.signatures import SIGNATURES, signatures
+from rocmcheck.knowledge.signatures import KERNEL_SIGNATURES, SIGNATURES, could_match, signatures
 from rocmcheck.model import Status, Verdict
 
-CORPUS = json.loads((Path(__file__).parent / "data" / "real_reports.json").read_text())["reports"]
+DATA = Path(__file__).parent / "data"
+CORPUS = json.loads((DATA / "real_reports.json").read_text())["reports"]  # the tuning part
+HELDOUT = json.loads((DATA / "explain_heldout.json").read_text())["reports"]  # frozen: never tuned on
+WRITTEN_FROM = [r for r in CORPUS if r.get("written_from")]  # the reports the first signatures were written from
+HELD_OUT_BELOW = 0xa0  # ~62% of the reports found for issue 35, >= 40% of the whole corpus
+# the classes issue 35 found explain missing: each needs two reports, one of them held out
+MISSED_CLASSES = ("kernel-gpu-reset", "kernel-nvidia-xid", "kernel-iommu-fault", "pcie-atomics", "nccl-shm",
+                  "collective-hang", "driver-too-old", "arch-not-in-build", "hipblaslt-unsupported-arch",
+                  "rocm-older-than-card", "arch-dropped", "windows-igpu-first", "zluda", "wsl-no-device", "miopen",
+                  "app-arch-list", "nan-output", "hip-error")
+
+
+def held_out(report) -> bool:
+    """The split rule, fixed before any signature was written against the new reports: a report
+    the first signatures were not written from is held out when sha256(url) starts below
+    HELD_OUT_BELOW. A hash of the link is blind to the text, so no class is held out by choice."""
+    return not report.get("written_from") and hashlib.sha256(report["url"].encode()).digest()[0] < HELD_OUT_BELOW
 NO_BINARY_LOG = ("Loading model...\n"
                  "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!\n"
                  "Aborted (core dumped)\n")
@@ -38,18 +58,36 @@ NO_BINARY_LOG = ("Loading model...\n"
 
 @pytest.fixture(scope="module")
 def answers():
-    return [(report, explain("\n".join(report["log"]))) for report in CORPUS]
+    return [(report, explain("\n".join(report["log"]))) for report in WRITTEN_FROM]
 
 
-def test_the_corpus_is_real_reports_with_links_and_resolutions():
-    assert len(CORPUS) >= 40
-    assert len({r["url"] for r in CORPUS}) == len(CORPUS)
-    for report in CORPUS:
-        assert re.match(r"https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+$", report["url"]), report
-        assert report["log"] and all(len(line) <= 400 for line in report["log"]), "short excerpts only"
-        assert report["facts"] and report["resolution"]
+def test_the_corpus_is_real_reports_with_links_resolutions_and_classes():
+    reports = CORPUS + HELDOUT
+    assert len(reports) >= 150
+    assert len({r["url"] for r in reports}) == len(reports)
+    for report in reports:
+        assert re.match(r"https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+$", report["url"]), report["url"]
+        assert report["log"] and all(len(line) <= 600 for line in report["log"]), "short excerpts only"
+        assert report["facts"] and report["resolution"] and report["class"], report["url"]
+        assert report["gpu"] in ("amd", "nvidia", "none", "unknown") and report["os"] in (
+            "linux", "windows", "wsl", "macos", "unknown"), report["url"]
     known = {e["id"] for e in known_issues.entries()}
-    assert {r["expect"] for r in CORPUS} - {None} <= known
+    assert {r["expect"] for r in reports} - {None} <= known
+
+
+def test_the_split_follows_its_rule_and_holds_out_at_least_40_percent():
+    assert all(held_out(r) for r in HELDOUT) and not any(held_out(r) for r in CORPUS)
+    assert len(HELDOUT) >= 0.4 * (len(CORPUS) + len(HELDOUT))
+    assert len(WRITTEN_FROM) == 59 and not any(r.get("written_from") for r in HELDOUT)
+
+
+def test_every_missed_class_has_two_reports_one_held_out_and_the_corpus_spans_vendors_and_systems():
+    reports = CORPUS + HELDOUT
+    for cls in MISSED_CLASSES:
+        assert sum(r["class"] == cls for r in reports) >= 2 and any(r["class"] == cls for r in HELDOUT), cls
+    assert sum(r["class"] == "none" for r in reports) >= 25
+    assert {"amd", "nvidia"} <= {r["gpu"] for r in HELDOUT}
+    assert {"linux", "windows", "wsl"} <= {r["os"] for r in HELDOUT}
 
 
 def test_explain_names_the_right_known_issue_first_and_nothing_wrong_with_confidence(answers):
@@ -72,6 +110,50 @@ def test_explain_names_the_right_known_issue_first_and_nothing_wrong_with_confid
           f"recall {found}/{expected} = {recall:.2f}")
     assert not wrong, wrong
     assert precision >= 0.95 and recall >= 0.9
+
+
+def judge(report):
+    """(diagnosed, right, wrong with confidence) for one report. Diagnosed: explain named a class
+    or a known issue. Right: the known issue the thread confirmed ranks first, or, where none
+    applies (expect null), the leading class is the report's. Wrong with confidence: a confident
+    issue that is neither the expected one nor of the report's class (or the class it narrows)."""
+    result = explain("\n".join(report["log"]))
+    issues, classes = result["known_issues"], [c["id"] for c in result["classes"]]
+    diagnosed = bool(classes or issues)
+    if report["class"] == "none":
+        return diagnosed, False, diagnosed
+    right = (bool(issues) and issues[0]["id"] == report["expect"]) if report["expect"] else (
+        bool(classes) and classes[0] == report["class"])
+    fits = {report["class"], CLASSES[report["class"]].parent if report["class"] in CLASSES else None}
+    confident = [i for i in issues if i["confident"]]
+    wrong = bool(confident) and confident[0]["id"] != report["expect"] and (
+        bool(report["expect"]) or confident[0].get("class") not in fits)
+    return diagnosed, right, wrong
+
+
+def scores(reports):
+    judged = [(r, judge(r)) for r in reports]
+    failures = [(r, j) for r, j in judged if r["class"] != "none"]
+    diagnosed, right = sum(j[0] for _, j in judged), sum(j[1] for _, j in failures)
+    return {"gpu_failures": len(failures), "right": right, "recall": right / len(failures),
+            "diagnosed": diagnosed, "precision": right / diagnosed if diagnosed else 0.0,
+            "wrong_confident": sum(j[2] for _, j in failures),
+            "no_gpu_logs": len(judged) - len(failures), "no_gpu_diagnosed": sum(j[0] for r, j in judged
+                                                                              if r["class"] == "none")}
+
+
+@pytest.mark.parametrize("part, reports, floor", [("tuning", CORPUS, 0.9), ("held-out", HELDOUT, 0.85)])
+def test_precision_and_recall_on_both_parts_and_no_log_without_a_gpu_issue_diagnosed(part, reports, floor):
+    """Issue 35: the held-out part is the measure (never read while writing signatures); its
+    floor is the issue's, 85% of its GPU failures answered with the right known issue or class.
+    Measured when the floors were set: tuning 103/109 (precision 103/108), held-out 68/78
+    (precision 68/75); before issue 35 the same explain scored 54/109 and 9/78."""
+    s = scores(reports)
+    print(f"\n{part}: recall {s['right']}/{s['gpu_failures']} = {s['recall']:.2f}, precision {s['right']}/"
+          f"{s['diagnosed']} = {s['precision']:.2f}, wrong with confidence {s['wrong_confident']}, "
+          f"no-GPU logs diagnosed {s['no_gpu_diagnosed']}/{s['no_gpu_logs']}")
+    assert s["recall"] >= floor and s["precision"] >= floor, s
+    assert s["no_gpu_diagnosed"] == 0 and s["wrong_confident"] == 0, s
 
 
 def test_a_log_shows_its_lines_and_facts_and_nothing_recognised_is_exit_1(tmp_path, capsys):
@@ -262,6 +344,9 @@ def test_every_known_issue_matches_its_failure_and_no_near_miss(entry):
     if "os" in entry:
         misses["another OS"] = (verdict, {**fingerprint, "host": {**fingerprint["host"], "system": "Plan9",
                                                                   "wsl": False}})
+    if "not_os" in entry:
+        misses["the OS it never applies to"] = (verdict, {**fingerprint, "host": {**fingerprint["host"],
+                                                                                  "system": "Linux", "wsl": True}})
     if "backend" in entry:
         other = {**fingerprint["device_facts"], "backend": "cuda" if entry["backend"] == "rocm" else "rocm"}
         misses["another backend"] = (verdict, {**fingerprint, "device_facts": other})
@@ -280,7 +365,7 @@ def test_every_known_issue_matches_its_failure_and_no_near_miss(entry):
 
 
 def test_entries_found_by_log_signatures_also_say_what_a_verdict_must_say():
-    ids = {s.id for s in SIGNATURES}
+    ids = {s.id for s in [*SIGNATURES, *KERNEL_SIGNATURES]}
     for entry in known_issues.entries():
         assert set(entry.get("signatures", ())) <= ids, entry["id"]
         if entry.get("signatures") and entry["probe"] in ("*", "gpu-visible", "library-imports", "device-smoke"):
@@ -402,3 +487,211 @@ def test_report_log_puts_the_recognised_excerpt_and_issue_in_the_attachment(tmp_
 def test_the_failures_users_name_most_each_have_a_tested_entry(log, expected, confident):
     first = explain(log)["known_issues"][0]
     assert (first["id"], first["confident"]) == (expected, confident) and first["workaround"]
+
+
+# --- calibration: a confident answer only where the log's own facts fit its scope --------------
+
+ARCH_LINE = "rocBLAS error: Cannot read TensileLibrary.dat: No such file or directory for GPU arch : {}"
+
+
+def _fact_lines(entry, fit):
+    """Log lines stating facts that fit every limit of `entry` (fit=True) or contradict them all."""
+    lines = []
+    if "arch" in entry:
+        fitting = _concrete(entry["arch"][0])
+        other = next(a for a in ("gfx1100", "gfx906", "gfx1201") if not any(
+            fnmatch.fnmatchcase(a, g) for g in entry["arch"]))
+        lines.append(f"GPU arch from rocminfo: Name:    {fitting if fit else other}")
+    if "os" in entry:
+        windows = any("windows" in o for o in entry["os"])
+        lines.append("C:\\Users\\me\\app\\run.exe" if windows == fit else "/home/me/venv/bin/python on Ubuntu 22.04")
+    if "not_os" in entry:
+        lines.append("/home/me/venv/bin/python on Ubuntu 22.04" if fit else "WSL environment detected.")
+    if "backend" in entry:
+        rocm = entry["backend"] == "rocm"
+        lines.append("torch 2.5.1+rocm6.2" if rocm == fit else "torch 2.5.1+cu121")
+    for key, word in (("torch", "torch "), ("rocm", "ROCm "), ("cuda", "CUDA used to build PyTorch: ")):
+        if key in entry:
+            inside = _version_in(entry[key])
+            outside = next(v for v in ("0.0.1", "99.0.0") if not known_issues.in_range(v, entry[key]))
+            lines.append(f"{word}{inside if fit else outside}")
+    return lines
+
+
+def _signature_text(entry):
+    """A log line for each of `entry`'s signatures with its message, from the patterns themselves."""
+    by_id = {s.id: s for s in [*SIGNATURES, *KERNEL_SIGNATURES]}
+    message = _example(entry) if "message" in entry else ""
+    return [f"{_shortest(sre_parse.parse(by_id[sid].pattern.pattern))} {message}" for sid in entry["signatures"]]
+
+
+SCOPED = [e for e in known_issues.entries() if e.get("signatures") and set(e) & {
+    "arch", "os", "not_os", "backend", "torch", "rocm", "cuda"}]
+
+
+@pytest.mark.parametrize("entry", SCOPED, ids=lambda e: e["id"])
+def test_no_confident_known_issue_that_the_logs_own_facts_contradict(entry):
+    """For every known issue that has a scope, a log showing its failure and facts that fit names
+    it, and the same log with facts that contradict every limit never names it with confidence
+    (it is left out: a limit the log contradicts rules it out)."""
+    failure = _signature_text(entry)
+    fitting = explain("\n".join([*failure, *_fact_lines(entry, fit=True)]))
+    assert entry["id"] in [i["id"] for i in fitting["known_issues"]], fitting["facts"]
+    contradicted = explain("\n".join([*failure, *_fact_lines(entry, fit=False)]))
+    assert entry["id"] not in [i["id"] for i in contradicted["known_issues"]], contradicted["facts"]
+
+
+def test_scoped_issues_cover_what_the_issue_asks():
+    """The planted contradictions reach the issues users meet: an APU-only remedy, an OS-bound one,
+    a backend-bound one."""
+    assert {"apu-hipmemcpy-page-fault", "hsa-out-of-resources", "hipblaslt-status-error",
+            "expandable-segments-ignored"} <= {e["id"] for e in SCOPED}
+
+
+def test_an_apu_remedy_never_goes_to_a_log_that_names_a_discrete_card():
+    """Issue 35: a memory access fault on an RX 7900 XTX got the Strix-APU page-fault remedy."""
+    fault = ("Memory access fault by GPU node-1 (Agent handle: 0x5f) on address 0x7f3c. Reason: Page not present "
+             "or supervisor privilege.\n")
+    named = explain(fault + "Device: AMD Radeon RX 7900 XTX\n")
+    assert named["facts"]["arch"] == "gfx1100" and "integrated" not in named["facts"]
+    assert "apu-hipmemcpy-page-fault" not in [i["id"] for i in named["known_issues"]]
+    assert named["classes"][0]["id"] == "memory-access-fault" and "HSA_OVERRIDE_GFX_VERSION" in \
+        named["classes"][0]["advice"]
+    apu = explain(fault + "Device: AMD Radeon 8060S Graphics (Ryzen AI Max+ 395), Ubuntu 24.04\n")
+    assert [(i["id"], i["confident"]) for i in apu["known_issues"]] == [("apu-hipmemcpy-page-fault", True)]
+
+
+def test_a_ring_timeout_on_a_discrete_card_is_a_gpu_reset_not_an_apu_page_fault():
+    """Issue 35: an RX 7900 XTX ring timeout on ROCm 5.6 got the Strix-APU / kernel 6.17 remedy."""
+    log = ("[  711.45] [drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx_0.0.0 timeout, signaled seq=43270\n"
+           "[  711.45] amdgpu 0000:0d:00.0: amdgpu: GPU reset begin!\n"
+           "[  711.46] amdgpu 0000:0d:00.0: amdgpu: [gfxhub] page fault (src_id:0 ring:24 vmid:8 pasid:32771)\n"
+           "ROCm 5.6, AMD Radeon RX 7900 XTX\n")
+    result = explain(log)
+    assert result["classes"][0]["id"] == "kernel-gpu-reset"
+    assert "apu-hipmemcpy-page-fault" not in [i["id"] for i in result["known_issues"]]
+    assert "newer ROCm" in result["classes"][0]["advice"]
+
+
+def test_a_discrete_card_behind_the_igpu_is_told_to_hide_the_igpu_not_to_install_its_libraries():
+    """Issue 35: an RX 6800 XT user whose HIP SDK enumerated the iGPU first was told to install
+    rocBLAS for the iGPU's arch."""
+    log = ("rocBLAS error: Cannot read C:\\Program Files\\AMD\\ROCm\\6.1\\bin\\/rocblas/library/TensileLibrary.dat: "
+           "No such file or directory for GPU arch : gfx1036\n")
+    result = explain(log)
+    assert result["facts"]["os"] == "windows" and result["facts"]["arch"] == "gfx1036"
+    assert result["classes"][0]["id"] == "windows-igpu-first" and "HIP_VISIBLE_DEVICES=1" in \
+        result["classes"][0]["advice"]
+    assert not any(i["confident"] for i in result["known_issues"])  # the rocBLAS remedy is only possible
+    assert not any(c.startswith("fix for gfx1036") for c in result["checks"])
+
+
+@pytest.mark.parametrize("log, leading, facts, says", [
+    ("WSL environment detected.\nCall returned HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed",
+     "wsl-no-device", {"os": "linux wsl"}, "WSL runtime"),
+    ("RuntimeError: No HIP GPUs are available\nPython platform: Linux-6.6.87.1-microsoft-standard-WSL2-x86_64",
+     "wsl-no-device", {"os": "linux wsl"}, "librocdxg"),
+    ("  File \"C:\\ComfyUI-Zluda\\comfy\\ops.py\", line 5\nRuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED "
+     "when calling `cublasSgemm( handle)`", "zluda", {"backend": "zluda", "os": "windows"}, "HIP SDK"),
+    ("rocBLAS error: Cannot read /opt/rocm-6.4.0/lib/rocblas/library/TensileLibrary.dat: No such file or directory "
+     "for GPU arch : gfx906\n\"/opt/rocm-6.4.0/lib/rocblas/library/TensileLibrary_lazy_gfx1101.dat\"",
+     "arch-dropped", {"arch": "gfx906", "rocm": "6.4.0"}, "Stay on ROCm 6.3"),
+    ("torch 2.0.0+rocm5.4.2\nrocBLAS error: Cannot read /venv/torch/lib/rocblas/library/TensileLibrary.dat\n"
+     "Name:                    gfx1100", "rocm-older-than-card", {"arch": "gfx1100", "rocm": "5.4.2"},
+     "Use ROCm 5.5 or newer"),
+    ("RuntimeError: The NVIDIA driver on your system is too old (found version 11040).", "driver-too-old",
+     {"driver_cuda": "11.4"}, "supports CUDA 11.4"),
+    ("kfd kfd: skipped device 1002:67df, PCI rejects atomics", "pcie-atomics", {}, "atomics"),
+    ("NCCL WARN Error while creating shared memory segment /dev/shm/nccl-a1 (size 9637888)\n"
+     "RuntimeError: NCCL error: unhandled system error", "nccl-shm", {}, "--shm-size"),
+    ("init.cc:179 NCCL WARN Missing \"iommu=pt\" from kernel command line which can lead to system instablity or hang!",
+     "collective-hang", {}, "iommu=pt"),
+    ("[ 90.64] amdgpu 0000:2d:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0013 address=0xfe9fe000]",
+     "kernel-iommu-fault", {}, "iommu=pt"),
+    ("[93297.02] NVRM: Xid (PCI:0000:43:00): 79, pid=1, GPU has fallen off the bus.", "kernel-nvidia-xid",
+     {"xid": ["79"]}, "Xid 79: the GPU has fallen off the bus"),
+    ("UserWarning: Attempting to use hipBLASLt on an unsupported architecture! Overriding blas backend to hipblas",
+     "hipblaslt-unsupported-arch", {}, "TORCH_BLAS_PREFER_HIPBLASLT=0"),
+    ("time=x level=WARN msg=\"amdgpu is not supported (supported types:[gfx1030 gfx1100])\" gpu_type=gfx1031 gpu=0",
+     "app-arch-list", {"arch": "gfx1031"}, "(gfx1031)"),
+    ("MIOpen(HIP): Error [Compile] 'hiprtcCompileProgram(prog.get())' naive_conv.cpp: HIPRTC_ERROR_COMPILATION (6)",
+     "miopen", {}, "MIOPEN_FIND_MODE=2"),
+    ("RuntimeError: HIP error: invalid argument\nFor debugging consider passing AMD_SERIALIZE_KERNEL=3", "hip-error",
+     {}, "AMD_SERIALIZE_KERNEL=3"),
+    ("Step: 100 Loss: nan Accuracy: 0.465", "nan-output", {}, "CPU"),
+    ("AssertionError: Torch not compiled with CUDA enabled", "cpu-wheel", {}, "GPU build"),
+])
+def test_each_class_is_recognised_refined_by_its_facts_and_advised(log, leading, facts, says):
+    result = explain(log)
+    lead = result["classes"][0]
+    assert lead["id"] == leading, [c["id"] for c in result["classes"]]
+    assert facts.items() <= result["facts"].items(), result["facts"]
+    assert says in lead["advice"] and lead["collect"] is not None
+    if lead["id"] in ("wsl-no-device", "zluda", "windows-igpu-first", "arch-dropped", "rocm-older-than-card"):
+        assert not any(i["confident"] and i.get("class") != leading for i in result["known_issues"])
+
+
+def test_a_remedy_for_a_missing_arch_names_the_arch_the_log_shows():
+    """The failing device is the one named (llama.cpp's 'current device: 1'), and a CUDA card's
+    sm_XY with the wheel's list."""
+    log = ("ggml_cuda_init: found 2 ROCm devices:\n  Device 0: AMD Radeon RX 9070, gfx1201 (0x1201), VMM: no\n"
+           "  Device 1: AMD Radeon 740M Graphics, gfx1103 (0x1103), VMM: no\nROCm error: invalid device function\n"
+           "  current device: 1, in function ggml_cuda_compute_forward at ggml-cuda.cu:2932\n")
+    result = explain(log)
+    assert result["facts"]["arch"] == "gfx1103" and result["facts"]["device"] == 1
+    assert result["classes"][0]["id"] == "windows-igpu-first" and "gfx1103" in result["classes"][0]["advice"]
+    assert "HIP_VISIBLE_DEVICES=0 (the discrete card's index in this log)" in result["classes"][0]["advice"]
+    cuda = explain("NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch "
+                   "installation.\nThe current PyTorch install supports CUDA capabilities sm_50 sm_60 sm_70 sm_80 "
+                   "sm_90.")
+    assert cuda["known_issues"][0]["id"] == "cuda-no-kernel-image" and cuda["known_issues"][0]["confident"]
+    assert cuda["facts"]["arch"] == "sm_120" and cuda["facts"]["wheel_archs"][-1] == "sm_90"
+    assert any(c.startswith("fix for sm_120: the build lists sm_50 sm_60 sm_70 sm_80 sm_90") and "cu128" in c
+               for c in cuda["checks"])
+
+
+@pytest.mark.parametrize("text, key, value", [
+    ("List of available TensileLibrary Files :\n\"/opt/rocm/lib/rocblas/library/TensileLibrary_lazy_gfx1101.dat\"",
+     "arch", None),
+    ("The current PyTorch install supports CUDA capabilities sm_50 sm_60 sm_70.", "arch", None),
+    ("PS H:\\therock\\bin> .\\hipInfo.exe", "os", "windows"),
+    ("File \"/Users/me/ComfyUI/main.py\", line 11", "os", "macos"),
+    ("[  308.33] [drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring sdma0 timeout", "os", "linux"),
+    ("rocBLAS error: Cannot read C:\\Program Files\\AMD\\ROCm\\6.1\\bin\\/rocblas/library/TensileLibrary.dat",
+     "rocm", "6.1"),
+    ("docker run -it rocm/pytorch:rocm5.7_ubuntu22.04_py3.10_pytorch_2.0.1", "rocm", "5.7"),
+    ("| NVIDIA-SMI 470.86       Driver Version: 470.86       CUDA Version: 11.4", "driver", "470.86"),
+    ("docker run --rm --device=/dev/kfd rocm/pytorch:latest", "container", True),
+    ("Device: AMD Radeon RX 6800M\n", "arch", "gfx1031"),
+    ("Device: AMD Radeon RX 6800 XT\n", "arch", "gfx1030"),
+])
+def test_the_facts_a_log_states_are_read_where_the_line_says_them(text, key, value):
+    assert stated_facts(text, []).get(key) == value
+
+
+def test_the_quick_prefilter_never_skips_a_signature_that_matches():
+    """literals() lets recognise skip a regex whose required strings are absent: on every report of
+    both parts, and on each pattern's own shortest match, the prefilter agrees with the regex."""
+    for sig in [*SIGNATURES, *KERNEL_SIGNATURES]:
+        example = _shortest(sre_parse.parse(sig.pattern.pattern))
+        assert sig.pattern.search(example) and could_match(sig.needles, example.lower()), sig.id
+    for report in CORPUS + HELDOUT:
+        text = "\n".join(report["log"])
+        for sig in [*SIGNATURES, *KERNEL_SIGNATURES]:
+            if sig.pattern.search(text):
+                assert could_match(sig.needles, text.lower()), (sig.id, report["url"])
+
+
+@pytest.mark.parametrize("make, code, says", [
+    (lambda p: p.mkdir(), 2, "cannot read the log"),
+    (lambda p: p.write_bytes(b""), 2, "is empty"),
+    (lambda p: p.write_text("step 1 loss 2.3\n" * 3_000_000 + NO_BINARY_LOG), 0, "hip-no-binary-for-gpu"),
+])
+def test_a_folder_an_empty_file_and_a_50_mb_log_are_bad_input_or_a_result(tmp_path, capsys, make, code, says):
+    log = tmp_path / "train.log"
+    make(log)
+    assert main(["explain", str(log), "--elsewhere"]) == code
+    out = capsys.readouterr()
+    assert says in (out.err if code == 2 else out.out) and "Traceback" not in out.err
+    if code == 2:
+        assert out.err.count("\n") == 1

@@ -1,7 +1,8 @@
 """What rocmcheck knows about failures, kept as data: the known issues (`data/known_issues/`), the
 signatures of GPU runtime failures in a child's output or a user's log (`data/signatures.json`),
-the workarounds doctor tries (`data/workarounds.json`), the devices' speed figures
-(`data/speed_spec.json`), and `explain`, which reads a log with them.
+the failure classes a log is put in (`data/failure_classes.json`), what a log's GPU names and archs
+say (`data/gpus.json`), the workarounds doctor tries (`data/workarounds.json`), the devices' speed
+figures (`data/speed_spec.json`), and `explain`, which reads a log with them.
 """
 import json
 from pathlib import Path

@@ -1,12 +1,16 @@
 """`rocmcheck explain`: name what a user's own log shows.
 
 Users arrive holding a log (a traceback, a watchdog line, dmesg, collect_env). The runtime
-signatures of data/signatures.json are found in it with their lines, the known issues they
-point to are ranked (`known_issues.match_log`), and the facts the log states (GPU arch,
-versions, HSA_OVERRIDE_GFX_VERSION) are held against each other and, where this machine can
-be read without touching the GPU, against its GPUs and its torch wheel. Every pass over the
-text is a regex scan or a bisect, so a megabyte of training output costs milliseconds, and the
-result is redacted before anyone sees it.
+signatures of data/signatures.json and the kernel log's (host/kernellog.py's patterns) are found
+in it with their lines; the facts the log states are read (logfacts: GPUs, archs, versions, OS,
+container, ZLUDA); the failure classes they point to are ranked and refined by those facts
+(classes: what the class means, what the text cannot tell, what to collect next); the known
+issues are ranked (`known_issues.match_log`), confident only where the log's facts fit the
+issue's scope and its class is the one the log leads with; and the facts are held against each
+other and, where this machine can be read without touching the GPU, against its GPUs and its
+torch wheel. Every pass over the text is a regex scan or a bisect (facts are read from a bounded
+part of a big log), so a megabyte of training output costs milliseconds, and the result is
+redacted before anyone sees it.
 """
 from __future__ import annotations
 
@@ -17,26 +21,23 @@ import os
 import re
 import subprocess
 import sys
-from collections import Counter
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from ..errors import UsageError
 from ..host import hostgpu
 from ..redact import Redactor
-from . import known_issues
-from .signatures import FACT_PATTERNS, SIGNATURES
+from . import classes, known_issues, logfacts
+from .signatures import KERNEL_SIGNATURES, SIGNATURES, could_match
 
 LINES_SHOWN = 3  # lines quoted per signature; the rest are counted
 LINE_CHARS = 240  # a quoted line is cut around its match (one-line megabyte logs exist)
 WHEEL_TIMEOUT_S = 60.0
 # signatures whose fix depends on the GPU's arch: worth reading the wheel's arch list for
 ARCH_SIGNATURES = {"hip-no-binary-for-gpu", "invalid-device-function", "cuda-no-kernel-image",
-                   "tensile-library-missing", "null-address-fault"}
-ROCM_SIGNATURES = {"hip-no-binary-for-gpu", "hip-error", "hsa-memory-access-fault", "hsa-status-error",
-                   "hsa-out-of-resources", "gpu-hang", "miopen-error", "rocblas-status", "tensile-library-missing",
-                   "hipblas-status"}
-CUDA_SIGNATURES = {"cuda-no-kernel-image", "cublas-status", "cudnn-status"}
-OS_NAMES = {"windows": "windows", "wsl": "linux wsl"}  # anything else a log names is a Linux
+                   "tensile-library-missing", "null-address-fault", "cuda-arch-not-compatible", "kernel-image-invalid"}
+# signatures after which the fix for an AMD arch (the wheel, the family override) is named
+NO_CODE_SIGNATURES = {"hip-no-binary-for-gpu", "invalid-device-function", "tensile-library-missing",
+                      "kernel-image-invalid"}
 TEXT_HEAD = 8192  # characters looked at to tell a log from binary data
 TEXT_CONTROLS = frozenset("\t\n\r\f\v\b\a\x1b")  # what logs print (colours, progress bars); other controls are binary
 NOT_TEXT_SHARE = 0.05
@@ -101,43 +102,34 @@ def _quote(text: str, start: int, end: int) -> str:
 
 
 def recognise(text: str) -> List[Dict[str, Any]]:
-    """Each signature found in `text`: id, meaning, how often, and its first lines (1-based)."""
+    """Each signature found in `text`: id, meaning, its failure class, how often, its first lines
+    (1-based) and where it was first seen (`at`, an offset)."""
     newlines = [m.start() for m in re.finditer("\n", text)]
+    lowered = text.lower()
     found = []
-    for sig in SIGNATURES:
+    for sig in [*SIGNATURES, *KERNEL_SIGNATURES]:
+        if not could_match(sig.needles, lowered):
+            continue
         lines: List[Dict[str, Any]] = []
-        count, last_line = 0, -1
+        count, last_line, first = 0, -1, -1
         for m in sig.pattern.finditer(text):
             number = bisect.bisect_left(newlines, m.start()) + 1
             if number == last_line:
                 continue
             count, last_line = count + 1, number
+            first = m.start() if first < 0 else first
             if len(lines) < LINES_SHOWN:
                 lines.append({"line": number, "text": _quote(text, m.start(), m.end())})
         if count:
-            found.append({"id": sig.id, "meaning": sig.meaning, "generic": sig.generic, "count": count,
-                          "lines": lines})
+            found.append({"id": sig.id, "meaning": sig.meaning, "generic": sig.generic, "class": sig.klass,
+                          "count": count, "lines": lines, "at": first})
     return found
 
 
-def stated_facts(text: str, found_ids: List[str]) -> Dict[str, Any]:
-    """What the log states: the GPU arch (the most frequent), versions, the override, the OS and,
-    from those and the signatures, the backend."""
-    facts: Dict[str, Any] = {}
-    for name, patterns in FACT_PATTERNS.items():
-        values = Counter(m.group(1) for p in patterns for m in p.finditer(text))
-        if values:
-            facts[name] = values.most_common(1)[0][0]
-    if facts.get("os"):
-        facts["os"] = OS_NAMES.get(facts["os"].lower(), "linux")
-    if facts.get("cuda", "").isdigit():  # '+cu121' -> '12.1'
-        facts["cuda"] = f"{facts['cuda'][:-1]}.{facts['cuda'][-1]}"
-    arch = facts.get("arch", "")
-    if facts.get("rocm") or arch.startswith("gfx") or ROCM_SIGNATURES & set(found_ids):
-        facts["backend"] = "rocm"
-    elif facts.get("cuda") or arch.startswith("sm_") or CUDA_SIGNATURES & set(found_ids):
-        facts["backend"] = "cuda"
-    return facts
+def stated_facts(text: str, found_ids: List[str], at: Sequence[int] = ()) -> Dict[str, Any]:
+    """What the log states (logfacts.read): GPUs and archs, versions, the override, the OS, a
+    container and, from those and the signatures, the backend."""
+    return logfacts.read(text, found_ids, at)
 
 
 def wheel_facts() -> Optional[Dict[str, Any]]:
@@ -160,8 +152,10 @@ def local_facts(read_wheel: bool) -> Dict[str, Any]:
             "wheel": wheel_facts() if read_wheel else None}
 
 
-def _checks(facts: Dict[str, Any], found_ids: List[str], local: Optional[Dict[str, Any]]) -> List[str]:
-    """Where the stated facts disagree with each other or with this machine, and the arch fix."""
+def _checks(facts: Dict[str, Any], found_ids: List[str], local: Optional[Dict[str, Any]],
+            leading: Optional[str] = None) -> List[str]:
+    """Where the stated facts disagree with each other or with this machine, and the fix for the
+    arch the log shows when the build has no code for it (`leading`: the log's failure class)."""
     notes = []
     arch, override = facts.get("arch"), facts.get("hsa_override")
     if arch and override and hostgpu.gfx_version(arch):
@@ -188,37 +182,58 @@ def _checks(facts: Dict[str, Any], found_ids: List[str], local: Optional[Dict[st
         if here:
             card, arch_list = card or cards[0], wheel.get("arch_list")
             override = override or local.get("override")
-    if card and card.startswith("gfx") and {"hip-no-binary-for-gpu", "invalid-device-function"} & set(found_ids):
+    if leading not in (None, "arch-not-in-build", "app-arch-list"):
+        return notes  # a refined class (the iGPU picked, an arch dropped) says the fix itself
+    if card and card.startswith("gfx") and NO_CODE_SIGNATURES & set(found_ids):
         notes.append(f"fix for {card}: " + hostgpu.arch_advice(card, arch_list, override))
+    elif card and card.startswith("gfx") and leading == "app-arch-list" and classes.family_override(card):
+        notes.append(f"fix for {card}: the app's libraries leave it out; on Linux its family's code runs under "
+                     f"HSA_OVERRIDE_GFX_VERSION={classes.family_override(card)} set for the app's server, or use a "
+                     f"build of the app for {card}")
+    elif card and card.startswith("sm_") and leading == "arch-not-in-build":
+        built = facts.get("wheel_archs")
+        carried = logfacts.GPUS["cuda_arch_notes"].get(card)
+        notes.append(f"fix for {card}: " + (f"the build lists {' '.join(built)}: " if built else "")
+                     + f"install a torch whose arch list has {card}" + (f" ({carried})" if carried else ""))
     return notes
 
 
-def _not_told(facts: Dict[str, Any], issues: List[Dict[str, Any]], found: List[Dict[str, Any]]) -> List[str]:
-    """What the text alone cannot settle."""
-    names = {"arch": "the GPU arch", "os": "the operating system", "backend": "whether it is a ROCm or CUDA build",
-             "torch": "the torch version", "rocm": "the ROCm version", "hip": "the HIP version",
-             "cuda": "the CUDA version", "python": "the Python version"}
+def _not_told(facts: Dict[str, Any], issues: List[Dict[str, Any]], found: List[Dict[str, Any]],
+              leading: Optional[Dict[str, Any]]) -> List[str]:
+    """What the text alone cannot settle, and what to collect next to settle it."""
     unknown = sorted({k for issue in issues for k in issue["unknown"]})
-    notes = [f"{names.get(k, k)}: the log does not state it, and the known issues above depend on it" for k in unknown]
-    if found and not any(issue["confident"] for issue in issues):
+    notes = [f"{known_issues.LIMIT_NAMES.get(k, k)}: the log does not state it, and the known issues above "
+             f"depend on it" for k in unknown]
+    if leading:
+        notes += [f"{c}: the text cannot tell" for c in leading["cannot_tell"]]
+        notes += [f"collect next: {c}" for c in leading["collect"]]
+    if found and not leading and not any(issue["confident"] for issue in issues):
         notes.append("which cause is behind the recognised errors: no known issue is named with confidence")
-    if not facts.get("arch"):
+    if not facts.get("arch") and found and (not leading or any("arch" in c for c in leading["cannot_tell"])):
         notes.append("the GPU arch is not in the log (rocminfo or `rocmcheck env` shows it)")
-    return notes
+    return list(dict.fromkeys(notes))
 
 
 def explain(text: str, local: Optional[Dict[str, Any]] = None, redactor: Optional[Redactor] = None) -> Dict[str, Any]:
-    """The whole answer for one log, redacted: signatures, known issues (best first), stated facts,
-    their checks against each other and `local` (this machine; None: not compared), what the
-    text cannot tell, and the probes that would confirm it here."""
+    """The whole answer for one log, redacted: signatures, failure classes (the leading one first,
+    with what it means and what to collect), known issues (best first), stated facts, their
+    checks against each other and `local` (this machine; None: not compared), what the text
+    cannot tell, and the probes that would confirm it here."""
     found = recognise(text)
     ids = [f["id"] for f in found]
-    facts = stated_facts(text, ids)
+    facts = stated_facts(text, ids, [f["at"] for f in found])
+    failure_classes = classes.classify(found, facts)
+    leading = failure_classes[0] if failure_classes else None
     lines = {f["id"]: [ln["text"] for ln in f["lines"]] for f in found}
-    issues = known_issues.match_log(lines, facts, [f["id"] for f in found if not f["generic"]])
-    probes = list(dict.fromkeys(p for issue in issues for p in issue["confirm"]))
-    result = {"signatures": found, "known_issues": issues, "facts": facts, "checks": _checks(facts, ids, local),
-              "not_told": _not_told(facts, issues, found),
+    issues = known_issues.match_log(lines, facts, [f["id"] for f in found if not f["generic"]],
+                                    leading["id"] if leading else None)
+    probes = list(dict.fromkeys([*(p for issue in issues if issue["confident"] for p in issue["confirm"]),
+                                 *(leading["confirm"] if leading else ()),
+                                 *(p for issue in issues for p in issue["confirm"])]))
+    result = {"signatures": [{k: v for k, v in f.items() if k != "at"} for f in found],
+              "classes": failure_classes, "known_issues": issues, "facts": facts,
+              "checks": _checks(facts, ids, local, leading["id"] if leading else None),
+              "not_told": _not_told(facts, issues, found, leading),
               "confirm": f"rocmcheck run {' '.join('--probe ' + p for p in probes)}" if probes else None,
               "lines": text.count("\n") + (1 if text and not text.endswith("\n") else 0)}
     redactor = redactor or Redactor()
@@ -236,15 +251,24 @@ def render(result: Dict[str, Any], source: str) -> str:
             more = f" (seen on {sig['count']} lines)" if sig["count"] > len(sig["lines"]) else ""
             out.append(f"  {sig['id']}: {sig['meaning']}{more}")
             out += [f"    line {ln['line']}: {ln['text']}" for ln in sig["lines"]]
+    if result["classes"]:
+        lead, *others = result["classes"]
+        out.append(f"Failure class: {lead['title']} ({lead['id']})")
+        out += [f"  why: {w}" for w in lead["why"]]
+        out.append(f"  what to do: {lead['advice']}")
+        if others:
+            out.append("  also recognised: " + ", ".join(c["id"] for c in others))
     if result["known_issues"]:
         out.append("Known issues, best first:")
         for n, issue in enumerate(result["known_issues"], 1):
             tag = "matches" if issue["confident"] else "possible"
             out.append(f"  {n}. [{tag}] {issue['id']}: {issue.get('title', '')}")
+            if issue["decide"]:
+                out.append(f"     decided by: {'; '.join(issue['decide'])}")
             if issue.get("workaround"):
                 out.append(f"     workaround: {issue['workaround']}")
             out += [f"     {link}" for link in issue.get("links", [])]
-    stated = ", ".join(f"{k} {v}" for k, v in result["facts"].items())
+    stated = ", ".join(f"{k} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in result["facts"].items())
     out.append(f"Stated in the log: {stated or 'no arch, version or OS'}")
     out += [f"  {note}" for note in result["checks"]]
     if result["not_told"]:

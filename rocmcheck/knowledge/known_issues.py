@@ -3,7 +3,8 @@
 Entries live in data files (JSON), not code: the built-in `data/known_issues/*.json`
 (one file per probe family) plus any files named in ROCMCHECK_KNOWN_ISSUES
 (os.pathsep-separated). An entry
-matches on probe id (glob), variant (glob), statuses, device arch (glob), OS, version
+matches on probe id (glob), variant (glob), statuses, device arch (glob), OS (and `not_os`: an OS
+it never applies to, such as WSL for a bare-metal driver issue), version
 ranges of torch/HIP/ROCm/CUDA and CPU flags (`cpu_flags`: every flag listed must be in the host's
 /proc/cpuinfo, for a CPU kernel that misbehaves only on some instruction sets); every field it
 names must match.
@@ -14,7 +15,9 @@ probe's own progress lines: a case named "v-strided" that passed must not name t
 non-contiguous-V issue. `match_log` holds the same entries against a user's log
 (`rocmcheck explain`): there an entry is found by its `signatures` (ids in
 data/signatures.json), its `message` is matched on the lines they were seen on, and a
-limit the log does not state leaves the match unconfirmed.
+limit the log does not state leaves the match unconfirmed, and so does an entry of another failure
+`class` than the one the log leads with (an arch-not-in-build remedy for a log whose iGPU was
+picked first is possible, not confident).
 
 `scope` says which pattern of failures across a run an entry explains, where its probe and
 variant alone would claim too much: `side-stream-copy-wrong` explains a side-stream copy that
@@ -92,10 +95,10 @@ def _load_file(path: Path) -> List[Dict[str, Any]]:
 def _problem(entry: Dict[str, Any]) -> Optional[str]:
     """What makes an entry unusable, found when the file is loaded (at the start of a run), not
     when the first failing verdict is matched against it."""
-    for key in ("id", "probe", "variant", "backend", "message", "title", "workaround", *VERSION_KEYS):
+    for key in ("id", "probe", "variant", "backend", "message", "title", "workaround", "class", *VERSION_KEYS):
         if key in entry and not isinstance(entry[key], str):
             return f"'{key}' must be a string"
-    for key in ("status", "arch", "os", "cpu_flags", "links"):
+    for key in ("status", "arch", "os", "not_os", "cpu_flags", "links", "signatures"):
         if key in entry and not (isinstance(entry[key], list) and all(isinstance(v, str) for v in entry[key])):
             return f"'{key}' must be a list of strings"
     unknown = sorted(set(entry.get("status", [])) - {s.value for s in Status})
@@ -163,6 +166,8 @@ def _limit(entry: Dict[str, Any], facts: Dict[str, Any]) -> Dict[str, Optional[b
         found["arch"] = any(fnmatch.fnmatchcase(facts["arch"], a) for a in entry["arch"]) if facts.get("arch") else None
     if "os" in entry:
         found["os"] = any(o in facts["os"] for o in entry["os"]) if facts.get("os") else None
+    if "not_os" in entry:
+        found["not_os"] = not any(o in facts["os"] for o in entry["not_os"]) if facts.get("os") else None
     if "backend" in entry:
         found["backend"] = facts["backend"] == entry["backend"] if facts.get("backend") else None
     if "cpu_flags" in entry:
@@ -183,11 +188,14 @@ def matches(entry: Dict[str, Any], verdict: Verdict, facts: Dict[str, Any]) -> b
         return False
     if "message" in entry and not re.search(entry["message"], failure_text(verdict), re.I):
         return False
-    return all(_limit(entry, facts).values())
+    limits = _limit(entry, facts)
+    if limits.get("not_os") is None:  # a host that does not say its OS is not one the entry rules out
+        limits.pop("not_os", None)
+    return all(limits.values())
 
 
 def _public(entry: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: entry[k] for k in ("id", "title", "workaround", "links") if k in entry}
+    return {k: entry[k] for k in ("id", "title", "workaround", "links", "class") if k in entry}
 
 
 def _probe(verdict: Verdict) -> str:
@@ -239,13 +247,14 @@ def match(verdict: Verdict, fingerprint: Dict[str, Any]) -> List[Dict[str, Any]]
     return judged([verdict], fingerprint)[0].known_issues
 
 
-def match_log(found: Dict[str, List[str]], facts: Dict[str, Any],
-              specific: Iterable[str]) -> List[Dict[str, Any]]:
+def match_log(found: Dict[str, List[str]], facts: Dict[str, Any], specific: Iterable[str],
+              leading: Optional[str] = None) -> List[Dict[str, Any]]:
     """Known issues for the signatures recognised in a log (`found`: id -> the lines it was seen
     on), best first. An entry needs one of its `signatures` and, if it has a `message`, that
     pattern on one of those lines; a limit the `facts` contradict rules it out. It is
-    `confident` when a `specific` (not generic) signature named it and every limit is stated
-    and met; `unknown` lists the limits the log does not state."""
+    `confident` when a `specific` (not generic) signature named it, every limit is stated and
+    met, and its `class` (if any) is `leading`, the failure class the log leads with; `unknown`
+    lists the limits the log does not state, `decide` what would settle a possible one."""
     specific = set(specific)
     ranked = []
     for entry in entries():
@@ -257,12 +266,30 @@ def match_log(found: Dict[str, List[str]], facts: Dict[str, Any],
         if False in limits.values():
             continue
         unknown = sorted(k for k, ok in limits.items() if ok is None)
-        confident = bool(specific & set(hits)) and not unknown
-        score = (confident, len(specific & set(hits)), len(limits) - len(unknown), "message" in entry)
-        ranked.append((score, {**_public(entry), "confident": confident, "unknown": unknown,
+        fits_class = leading is None or entry.get("class", leading) == leading
+        confident = bool(specific & set(hits)) and not unknown and fits_class
+        decide = [f"{LIMIT_NAMES.get(k, k)} ({', '.join(_scope(entry, k))})" for k in unknown]
+        if not fits_class:
+            decide.append(f"whether the failure is {entry['class']} (the log leads with {leading})")
+        score = (confident, fits_class, len(specific & set(hits)), len(limits) - len(unknown), "message" in entry)
+        ranked.append((score, {**_public(entry), "confident": confident, "unknown": unknown, "decide": decide,
                                "signatures": hits, "confirm": entry.get("confirm") or _confirm(entry)}))
     ranked.sort(key=lambda pair: pair[0], reverse=True)
     return [item for _, item in ranked]
+
+
+LIMIT_NAMES = {"arch": "the GPU arch", "os": "the operating system", "not_os": "the operating system",
+               "backend": "whether it is a ROCm or CUDA build", "torch": "the torch version",
+               "rocm": "the ROCm version", "hip": "the HIP version", "cuda": "the CUDA version",
+               "python": "the Python version", "cpu_flags": "the CPU's instruction sets"}
+
+
+def _scope(entry: Dict[str, Any], key: str) -> List[str]:
+    """The values of limit `key` an entry applies to, in words."""
+    value = entry[key]
+    if key == "not_os":
+        return [f"not {v}" for v in value]
+    return list(value) if isinstance(value, list) else [value]
 
 
 def _confirm(entry: Dict[str, Any]) -> List[str]:

@@ -1,0 +1,144 @@
+"""Failure classes (data/failure_classes.json): which kind of failure a log shows, said in
+terms of what it means, what to do, what the text cannot tell and what to collect next.
+
+A log is put in classes by the signatures recognised in it (each names its class), a class from
+a specific signature before one from a generic signature, then in the file's precedence order.
+The facts the log states then refine the leading class, each refinement from a rule that holds
+whatever the report: a CUDA build on an AMD GPU under ZLUDA is a ZLUDA failure, a GPU that
+cannot be found under WSL is WSL's runtime, a failure on the CPU's integrated GPU while a
+discrete card is present (or on an iGPU nobody computes on) means the iGPU was picked, and an
+arch held against the ROCm release the log states is one that release dropped or does not know
+yet (data/gpus.json). The advice names the facts the log states ({arch}, ...) and words those it
+does not, so no sentence claims what the log does not say.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from . import DATA
+from .known_issues import parse_version
+from .logfacts import ALWAYS_INTEGRATED, GPUS, INTEGRATED
+
+CLASSES_FILE = DATA / "failure_classes.json"
+# classes whose failure is the GPU not being usable at all: the ones an arch, WSL or ZLUDA explains
+NOT_USABLE = ("arch-not-in-build", "no-gpu-visible", "hsa-out-of-resources")
+# HSA_OVERRIDE_GFX_VERSION families that run a card's code (the override to suggest for an arch)
+FAMILY_OVERRIDES = {"gfx103": "10.3.0", "gfx110": "11.0.0"}
+
+
+@dataclass(frozen=True)
+class FailureClass:
+    id: str
+    title: str
+    advice: str
+    cannot_tell: Tuple[str, ...]
+    collect: Tuple[str, ...]
+    confirm: Tuple[str, ...]
+    parent: Optional[str]
+    rank: int  # precedence: lower leads
+
+
+def _load() -> Dict[str, FailureClass]:
+    data = json.loads(CLASSES_FILE.read_text(encoding="utf-8"))
+    return {c["id"]: FailureClass(c["id"], c["title"], c["advice"], tuple(c["cannot_tell"]), tuple(c["collect"]),
+                                  tuple(c["confirm"]), c.get("parent"), rank)
+            for rank, c in enumerate(data["classes"])}
+
+
+CLASSES = _load()
+
+
+def older(version: Optional[str], than: str) -> bool:
+    return bool(version) and parse_version(version)[:2] < parse_version(than)[:2]
+
+
+def refine(leading: str, facts: Dict[str, Any]) -> Tuple[str, List[str]]:
+    """The class the facts narrow `leading` to, and why (the facts used)."""
+    arch, rocm, system = facts.get("arch"), facts.get("rocm"), facts.get("os", "")
+    if facts.get("backend") == "zluda":
+        return "zluda", ["the log runs under ZLUDA (a CUDA build on an AMD GPU)"]
+    if leading not in NOT_USABLE:
+        return leading, []
+    if "wsl" in system and leading != "arch-not-in-build":
+        return "wsl-no-device", ["the log comes from WSL"]
+    if arch and _igpu_picked(arch, facts):
+        return "windows-igpu-first", [f"the GPU in use is {arch}, the CPU's integrated GPU"]
+    support = GPUS["arch_support"].get(arch or "", {})
+    if support.get("until") and (older(support["until"], rocm or "0") if rocm else
+                                 older(support["until"], "5.0")):
+        return "arch-dropped", [f"{arch} was last built in ROCm {support['until']}" +
+                                (f"; the log has ROCm {rocm}" if rocm else "")]
+    if support.get("since") and rocm and older(rocm, support["since"]):
+        return "rocm-older-than-card", [f"{arch} needs ROCm {support['since']}; the log has ROCm {rocm}"]
+    return leading, []
+
+
+def _igpu_picked(arch: str, facts: Dict[str, Any]) -> bool:
+    """The GPU in use is the CPU's integrated one while a discrete card is there too, or one
+    nobody computes on."""
+    if arch in ALWAYS_INTEGRATED:
+        return True
+    others = [a for a in facts.get("archs", ()) if a != arch and a.startswith("gfx")]
+    return arch in INTEGRATED and any(a not in INTEGRATED for a in others)
+
+
+def classify(found: Sequence[Dict[str, Any]], facts: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The classes a log shows, the leading one first (refined by its facts), each with its
+    advice filled from the facts, what the text cannot tell, what to collect and the probes."""
+    score: Dict[str, Tuple[bool, int]] = {}
+    lines: Dict[str, List[str]] = {}
+    for sig in found:
+        cls = sig.get("class")
+        if cls not in CLASSES:
+            continue
+        specific = not sig["generic"]
+        old = score.get(cls, (False, CLASSES[cls].rank))
+        score[cls] = (old[0] or specific, CLASSES[cls].rank)
+        lines.setdefault(cls, []).append(sig["id"])
+    ranked = sorted(score, key=lambda c: (not score[c][0], score[c][1]))
+    if not ranked:
+        return []
+    leading, why = refine(ranked[0], facts)
+    ordered = list(dict.fromkeys([leading, *ranked]))
+    out = []
+    for n, cls in enumerate(ordered):
+        reasons = ([f"recognised: {', '.join(lines[cls])}"] if cls in lines else []) + (why if n == 0 else [])
+        out.append(describe(cls, facts, reasons))
+    return out
+
+
+def describe(cls: str, facts: Dict[str, Any], why: List[str]) -> Dict[str, Any]:
+    c = CLASSES[cls]
+    return {"id": c.id, "title": c.title, "advice": fill(c.advice, facts), "why": why,
+            "cannot_tell": list(c.cannot_tell), "collect": list(c.collect), "confirm": list(c.confirm),
+            "parent": c.parent}
+
+
+def family_override(arch: Optional[str]) -> Optional[str]:
+    """The HSA_OVERRIDE_GFX_VERSION of the family whose code `arch` runs (RDNA2 10.3.0, RDNA3 11.0.0)."""
+    return next((v for prefix, v in FAMILY_OVERRIDES.items() if (arch or "").startswith(prefix)), None)
+
+
+def fill(advice: str, facts: Dict[str, Any]) -> str:
+    """`advice` with the facts the log states, and plain words for those it does not."""
+    arch, rocm = facts.get("arch"), facts.get("rocm")
+    support = GPUS["arch_support"].get(arch or "", {})
+    xids = [GPUS["xid"][x] for x in facts.get("xid", ()) if x in GPUS["xid"]]
+    values = {
+        "arch": arch or "the GPU's arch",
+        "arch_named": f" ({arch})" if arch else "",
+        "rocm_release": f"ROCm {rocm}" if rocm else "this ROCm release",
+        "since": f"ROCm {support['since']}" if support.get("since") else "a ROCm release that lists it",
+        "last": f"ROCm {support['until']}" if support.get("until") else "the last release that built it",
+        "override_said": f" (the log sets {facts['hsa_override']})" if facts.get("hsa_override") else "",
+        "driver_cuda": f" (this one supports CUDA {facts['driver_cuda']})" if facts.get("driver_cuda") else "",
+        "xid": " ".join(x + "." for x in xids) + (" " if xids else ""),
+        "hide_igpu": (f"HIP_VISIBLE_DEVICES={facts['discrete_device']} (the discrete card's index in this log)"
+                      if "discrete_device" in facts else
+                      "HIP_VISIBLE_DEVICES=1 (the discrete card's index; on Windows set it in the launcher, "
+                      "e.g. webui-user.bat)"),
+    }
+    return re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), advice)
