@@ -184,8 +184,29 @@ void PinnedAllocator::release(void* p) {
 }
 
 // ---- devices, streams and events ----------------------------------------------------------------
+// The device's own clock, which its events read: the CPU time of the thread its work runs on (work
+// is synchronous, on the caller's thread). A GPU's events time its own work, not the host's
+// scheduling: with the wall clock, two healthy runs' speed figures (the fastest sample of the
+// STREAM triad) differed by up to 2.2x on a loaded 2-core machine, with this clock by up to 24%
+// (scripts/speed_noise.py). A planted slowness keeps the thread busy, as asleep its clock stands
+// still; a wait for another process (a collective) is no work of the device and is not counted.
+std::chrono::nanoseconds device_clock() {
+#ifdef _WIN32
+  return std::chrono::steady_clock::now().time_since_epoch();
+#else
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
+#endif
+}
+
+void busy_until(std::chrono::nanoseconds until) {
+  while (device_clock() < until) {
+  }
+}
+
 struct Event {
-  std::chrono::steady_clock::time_point at;
+  std::chrono::nanoseconds at{0};
 };
 
 struct Guard final : c10::impl::DeviceGuardImplInterface {
@@ -220,7 +241,7 @@ struct Guard final : c10::impl::DeviceGuardImplInterface {
   DeviceIndex deviceCount() const noexcept override { return static_cast<DeviceIndex>(g_count); }
   void record(void** event, const c10::Stream&, const DeviceIndex, const c10::EventFlag) const override {
     if (!*event) *event = new Event();
-    static_cast<Event*>(*event)->at = std::chrono::steady_clock::now();
+    static_cast<Event*>(*event)->at = device_clock();
   }
   void block(void*, const c10::Stream&) const override {}  // work is done when it is queued
   bool queryEvent(void*) const override { return true; }
@@ -377,13 +398,13 @@ bool is_matmul(const c10::OperatorHandle& op) {  // what torch.matmul, @, mm, li
 }
 
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  auto began = std::chrono::steady_clock::now();
+  auto began = device_clock();
   at::native::cpu_fallback(op, stack);
   bool result = !stack->empty() && stack->back().isTensor();
   if (g_wrong_device >= 0 && result) maybe_wrong(stack->back().toTensor());
   if (g_slow_matmul_device >= 0 && result && is_matmul(op) &&  // the planted "one slow GPU" fault: the
       stack->back().toTensor().device() == c10::Device(kType, g_slow_matmul_device)) {  // events see it
-    std::this_thread::sleep_for((std::chrono::steady_clock::now() - began) * (g_slow_matmul_factor - 1));
+    busy_until(began + (device_clock() - began) * g_slow_matmul_factor);
   }
 }
 
