@@ -12,8 +12,8 @@ bandwidth beside it.
 Bandwidth: host-to-device and device-to-host, from pageable and pinned host memory, `SAMPLES`
 copies each into buffers allocated before the clock starts (one untimed warm-up copy too),
 reported as median, min and max GB/s. On a GPU the clock is a pair of device events around the
-copy (the copy's own time, without launch overhead or host scheduling); on the CPU,
-`time.perf_counter` (copies there are synchronous). The strided source from pinned memory is
+copy (the copy's own time, without launch overhead or host scheduling); on the CPU, the
+thread's CPU time (copies there are synchronous). The strided source from pinned memory is
 measured under its own name, `h2d_strided_from_pinned_via_pageable_gbps`: torch first gathers
 a non-dense source into a pageable contiguous temporary on the host, so that copy is not a
 pinned copy whatever its source was. On the CPU there is neither pinned memory nor a link:

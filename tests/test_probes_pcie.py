@@ -6,6 +6,7 @@ facts naming the GPU's PCI address; the timing helper is pure over the clock it 
 from __future__ import annotations
 
 import textwrap
+import time
 
 import pytest
 
@@ -45,13 +46,15 @@ def test_samples_are_timed_by_the_clock_given_after_an_untimed_warm_up():
     assert len(calls) == 6 and clock.durations == []  # warm-up + 5 samples, each sample timed once
 
 
-def test_device_events_time_gpu_copies_and_the_wall_clock_cpu_ones():
+def test_device_events_time_gpu_copies_and_the_threads_cpu_time_cpu_ones():
     from rocmcheck import torchapi
 
     mod = probe_module("pcie")
     assert isinstance(mod.clock_for(rocmcheck.ProbeContext(device="cuda:1")), torchapi.EventClock)
     cpu = mod.clock_for(rocmcheck.ProbeContext(device="cpu"))
-    assert isinstance(cpu, torchapi.WallClock) and cpu.seconds(lambda: sum(range(1000))) > 0
+    assert isinstance(cpu, torchapi.ThreadClock) and cpu.seconds(lambda: sum(range(100000))) > 0
+    assert cpu.seconds(lambda: time.sleep(0.2)) < 0.1  # the thread's work, not the time it waited
+    assert isinstance(torchapi.clock("cpu", waits=True), torchapi.WallClock)  # a collective waits on other ranks
 
 
 @pytest.mark.children
