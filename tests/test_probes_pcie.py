@@ -12,6 +12,7 @@ import pytest
 
 import rocmcheck
 from conftest import probe_module
+from rocmcheck.model import Verdict, speed_figures
 
 GEN4, GEN3 = "16.0 GT/s PCIe", "8.0 GT/s PCIe"
 FACTS = {"devices": [{"index": 0, "pci_address": "0000:03:00.0"}]}  # make_host's first GPU
@@ -21,11 +22,14 @@ def test_bandwidth_on_the_cpu_is_measured_host_to_host_then_skips(rocm_run):
     (v,) = rocm_run(probe="pcie-link", profile="gate")
     assert v["status"] == "skip" and "no PCIe link to read on the CPU" in v["message"]
     m = v["measurements"]
-    rates = {k: m[k] for k in m if k.endswith("_gbps")}
-    assert set(rates) == {"h2d_pageable_gbps", "d2h_pageable_gbps"}  # no pinned memory on the CPU
-    for name, r in rates.items():
-        assert 0 < r["min"] <= r["median"] <= r["max"], (name, r)
-    assert m["bandwidth_samples"] == 5 and m["bandwidth_bytes"] == 4 << 20
+    assert not [k for k in m if k.endswith("_gbps")]  # the figures are the record, with no copy beside them
+    figures = speed_figures(Verdict.from_dict(v))
+    assert set(figures) == {"h2d-pageable", "d2h-pageable"}  # no pinned memory on the CPU
+    for name, figure in figures.items():
+        assert figure.unit == "GB/s" and len(figure.samples) == 40 and min(figure.samples) > 0, (name, figure)
+        assert figure.method.startswith("thread CPU time") and "4 MiB" in figure.method
+        assert "40 samples" in figure.method
+    assert m["bandwidth_bytes"] == 4 << 20
 
 
 def test_samples_are_timed_by_the_clock_given_after_an_untimed_warm_up():
@@ -42,7 +46,7 @@ def test_samples_are_timed_by_the_clock_given_after_an_untimed_warm_up():
     calls = []
     clock = Scripted([0.004, 0.001, 0.002, 0.008, 0.002])
     rates = probe_module("pcie").sample_gbps(clock, lambda: calls.append(1), 8_000_000, 5)
-    assert rates == {"median": 4.0, "min": 1.0, "max": 8.0}
+    assert rates == [2.0, 8.0, 4.0, 1.0, 4.0]  # every sample, in order: the figure keeps them all
     assert len(calls) == 6 and clock.durations == []  # warm-up + 5 samples, each sample timed once
 
 

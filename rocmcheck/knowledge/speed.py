@@ -57,7 +57,7 @@ LINK_FRACTION = 0.5
 NODE_FRACTION = 0.8
 FIGURES = ("matmul-fp32", "matmul-tf32", "matmul-fp16", "matmul-bf16", "matmul-fp8", "device-memory-copy",
            "device-memory-triad", "p2p-0-1", "all-reduce-busbw", "h2d-pageable", "h2d-pinned", "d2h-pageable",
-           "d2h-pinned")  # the figure names of the contract (p2p-I-J stands for every pair)
+           "d2h-pinned", "h2d-strided")  # the figure names of the contract (p2p-I-J stands for every pair)
 LINK_FIGURES = ("h2d-pinned", "d2h-pinned")  # judged against the PCIe link; pageable copies are the host's memcpy
 UNITS = ("TFLOPS", "GB/s")
 KINDS = ("peak", "target")
