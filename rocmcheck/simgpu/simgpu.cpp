@@ -53,8 +53,10 @@ std::atomic<StreamId> g_next_stream{1};
 // Planted faults: the tail of non-blocking host-to-device copies zeroed (1/denominator of the
 // bytes, 0 = off); copies on a side stream deliver the previous copy's bytes; one device whose
 // floating-point results (every op it computes, convolutions included) come out wrong (-1 = none);
-// one device whose matrix products take g_slow_matmul_factor times as long (-1 = none).
+// one device whose matrix products take g_slow_matmul_factor times as long (-1 = none); every copy
+// between the host and a device taking g_slow_copy times as long (below 2 = off).
 int64_t g_tail_denominator = 0;
+int64_t g_slow_copy = 0;
 bool g_stale_side_stream = false;
 int64_t g_wrong_device = -1;
 int64_t g_slow_matmul_device = -1;
@@ -344,7 +346,11 @@ void stale_side_stream(const at::Tensor& dst) {  // deliver the previous copy's 
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   c10::OptionalDeviceGuard guard(dst.device().type() == kType ? dst.device() : self.device());
+  auto began = device_clock();
   as_cpu(dst).copy_(as_cpu(self));
+  bool host_side = self.device().is_cpu() || dst.device().is_cpu();
+  if (host_side && g_slow_copy > 1)  // the planted slow link: the copy takes g_slow_copy times as long
+    busy_until(began + (device_clock() - began) * g_slow_copy);
   bool to_device = dst.device().type() == kType && self.device().is_cpu();
   if (to_device && g_stale_side_stream) stale_side_stream(dst);
   if (to_device && non_blocking && g_tail_denominator > 0 && dst.is_contiguous() && dst.nbytes()) {
@@ -463,6 +469,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     else if (name == "stale-side-stream") g_stale_side_stream = value != 0;
     else if (name == "wrong-device") g_wrong_device = value;
     else if (name == "slow-matmul") g_slow_matmul_device = value;
+    else if (name == "slow-copy") g_slow_copy = value;
     else if (name == "slow-matmul-factor") g_slow_matmul_factor = std::max<int64_t>(value, 1);
     else TORCH_CHECK(false, "simgpu: no fault named ", name);
   });
