@@ -30,7 +30,7 @@ BIN := $(VENV)/bin
 
 PYTEST_FAST_WORKERS ?= 2
 
-.PHONY: gate test test-fast simgpu-test clean compat cuda-build-test
+.PHONY: gate test test-fast simgpu-test clean compat cuda-build-test hardware
 
 $(VENV)/.installed-gate: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -88,3 +88,10 @@ $(CUDA_VENV)/.installed: pyproject.toml
 
 cuda-build-test: $(CUDA_VENV)/.installed
 	$(CUDA_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_cuda_build.py
+
+# On a machine with real GPUs: the full suite with the speed probes on every GPU (rocmcheck run --device all)
+# and make cuda-build-test's tests with the machine's own torch, kept as reports/hardware/<device>-<date>.json
+# and .md (scripts/hardware.py). Refused in one line where torch sees no GPU or faults are injected: a
+# simulated GPU never writes there.
+hardware: $(VENV)/.installed
+	@$(BIN)/python scripts/hardware.py
