@@ -30,7 +30,7 @@ BIN := $(VENV)/bin
 
 PYTEST_FAST_WORKERS ?= 2
 
-.PHONY: gate test test-fast simgpu-test clean compat cuda-build-test slurm-test
+.PHONY: gate test test-fast simgpu-test clean compat cuda-build-test slurm-test hardware
 
 $(VENV)/.installed-gate: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -98,3 +98,10 @@ slurm-test: $(VENV)/.installed
 	@PATH="$$PATH:/usr/sbin" command -v slurmctld >/dev/null && PATH="$$PATH:/usr/sbin" command -v munged >/dev/null || \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; }
 	ROCMCHECK_SLURM_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_slurm.py
+
+# On a machine with real GPUs: the full suite with the speed probes on every GPU (rocmcheck run --device all)
+# and make cuda-build-test's tests with the machine's own torch, kept as reports/hardware/<device>-<date>.json
+# and .md (scripts/hardware.py). Refused in one line where torch sees no GPU or faults are injected: a
+# simulated GPU never writes there.
+hardware: $(VENV)/.installed
+	@$(BIN)/python scripts/hardware.py

@@ -276,11 +276,13 @@ def check_fsdp(torch, dist, device, rank, world):
 
 def check_all_reduce_busbw(torch, dist, device, rank, world):
     """nccl-tests' bus bandwidth of a float32 all_reduce of BUSBW_BYTES, each sample timed with this
-    rank's device events (the wall clock on the CPU) after warm-up: algbw = bytes / time, busbw =
-    algbw x 2(n-1)/n (the bandwidth each link needs for a ring all-reduce, comparable across GPU counts)."""
+    rank's device events (the wall clock on the CPU: it waits on the other ranks) after warm-up:
+    algbw = bytes / time, busbw = algbw x 2(n-1)/n (the bandwidth each link needs for a ring
+    all-reduce, comparable across GPU counts)."""
     nbytes = BUSBW_BYTES[dist.get_backend()]
     tensor = torch.ones(nbytes // 4, device=device)
-    seconds = torchapi.time_samples(torchapi.clock(device), lambda: dist.all_reduce(tensor), BUSBW_SAMPLES, warmup=2)
+    timer = torchapi.clock(device, waits=True)
+    seconds = torchapi.time_samples(timer, lambda: dist.all_reduce(tensor), BUSBW_SAMPLES, warmup=2)
     busbw = [nbytes / s / 1e9 * 2 * (world - 1) / world for s in seconds]
     return {"ok": True, "message": f"median bus bandwidth {sorted(busbw)[len(busbw) // 2]:.1f} GB/s",
             "busbw_gbps": busbw}

@@ -22,7 +22,7 @@ Figures (`ctx.measure_speed`, each with its samples and method):
   memory; 64 MiB (gate) or 256 MiB (full) on the CPU and the simulated GPUs, a self-test of the
   measurement there (a simulated GPU's triad runs through torch's CPU fallback, which copies).
 
-Timing: `ctx.time_samples`, device events around each call on a GPU (the wall clock on the CPU),
+Timing: `ctx.time_samples`, device events around each call on a GPU (the thread's CPU time on the CPU),
 after untimed warm-up calls (kernel selection, code loading, clocks ramping up), the figure being
 the samples' median. The gate takes 5 samples a figure, fewer (at least 3) once a figure has spent
 0.15 s, so the gate's speed checks stay within a design budget of 2 s per GPU on a real GPU; the
@@ -131,7 +131,7 @@ def product(ctx: rocmcheck.ProbeContext, dtype: str, n: int) -> Callable[[], Any
 
 
 def clock_name(ctx: rocmcheck.ProbeContext) -> str:
-    return "device events" if ctx.on_gpu else "wall clock"
+    return "device events" if ctx.on_gpu else "thread CPU time"
 
 
 def measure_matmul(ctx: rocmcheck.ProbeContext, dtype: str, n: int) -> None:

@@ -166,7 +166,7 @@ class ProbeContext:
                      budget_s: Optional[float] = None, least: int = 3) -> List[float]:
         """Seconds each of `samples` timed calls of `work` took, after `warmup` untimed ones (first
         use: kernel selection, code loading, clocks ramping up). On a GPU the clock is a pair of
-        device events around the call (`torchapi.EventClock`), on the CPU the wall clock. With
+        device events around the call (`torchapi.EventClock`), on the CPU the thread's CPU time. With
         `budget_s`, sampling stops once that many seconds were timed, after at least `least`
         samples: a slow device keeps the gate's budget and still gives a median."""
         return torchapi.time_samples(torchapi.clock(self.device), work, samples, warmup, budget_s, least)

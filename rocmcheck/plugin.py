@@ -57,7 +57,7 @@ MATRIX_HELP = ("run every rocmcheck probe variant as a test item; write the matr
                "(default reports/). Write --rocm-matrix=DIR: a bare `--rocm-matrix DIR` also takes DIR")
 HTML_HELP = "with --rocm-matrix: also write the run's matrix as one self-contained HTML page to FILE"
 SHARED = ("device", "timeout", "first_use_timeout", "isolation", "probes_path", "gate_only", "baseline",
-          "inject", "level", "duration")  # rocmcheck.engine.options
+          "inject", "level", "duration", "speed_tolerance")  # rocmcheck.engine.options
 
 KEY = pytest.StashKey["MatrixPlugin"]()
 
@@ -129,13 +129,14 @@ class Settings:
     options: "RunOptions"
     baseline: Optional[Path] = None
     named: Dict[str, Path] = field(default_factory=dict)  # output -> the file its --rocm- option named
+    speed_tolerance_pct: float = 0.0  # against the baseline (read_settings gives the option's value or its default)
 
 
 def read_settings(config: pytest.Config) -> Settings:
     """Every setting, checked now (the run's in `RunOptions.build`): a bad value is a usage error
     before any probe runs. Paths on the command line are relative to where pytest was started,
     those of the ini file to its folder."""
-    from .engine.options import OPTIONS, Given, RunOptions
+    from .engine.options import OPTIONS, SPEED_TOLERANCE_PCT, Given, RunOptions
 
     here = config.invocation_params.dir
     given = {name: config.getoption(f"rocm_{name}") for name in SHARED}
@@ -145,13 +146,15 @@ def read_settings(config: pytest.Config) -> Settings:
     out_dir = here / config.getoption("rocm_matrix")
     named = {o.name: here / config.getoption(f"rocm_output_{o.name}") for o in named_outputs()
              if config.getoption(f"rocm_output_{o.name}")}
-    options = RunOptions.build(Given(given, named="--rocm-{dashed}", ini=ini), folders={"--rocm-matrix": out_dir},
+    checked = Given(given, named="--rocm-{dashed}", ini=ini)
+    options = RunOptions.build(checked, folders={"--rocm-matrix": out_dir},
                                files={f"--rocm-{o.flag[2:]}": named.get(o.name) for o in named_outputs()},
                                command="pytest", out_dir=out_dir)
     ini_dir = config.inipath.parent if config.inipath else config.rootpath
     baseline = here / given["baseline"] if given["baseline"] else (ini_dir / ini["baseline"] if ini["baseline"]
                                                                    else None)
-    return Settings(options, baseline, named)
+    tolerance = checked.value("speed_tolerance")
+    return Settings(options, baseline, named, SPEED_TOLERANCE_PCT if tolerance is None else tolerance)
 
 
 # --- items --------------------------------------------------------------------------------
@@ -341,11 +344,21 @@ class MatrixPlugin:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def judge(self, verdict: "Verdict") -> None:
-        """Map the verdict to the item's outcome; with a baseline only regressions fail."""
+        """Map the verdict to the item's outcome; with a baseline only regressions fail: a status
+        that got bad, or a speed figure slower beyond the tolerance (whatever the status: the
+        pcie-link probe measures its copies, then skips on a host without a link to read)."""
         from .model import Status
-        from .outputs.diff import classify
+        from .outputs.diff import classify, compare_speed
+        from .outputs.render import failing_line
 
         status = verdict.status
+        if self.baseline is not None:
+            slower = compare_speed(self.baseline.verdicts, [verdict], self.settings.speed_tolerance_pct).regressions
+            if slower:
+                pytest.fail("\n".join([failing_line(verdict),
+                                        *(f"speed regression against the baseline, beyond "
+                                          f"{self.settings.speed_tolerance_pct:g}% slower: {c.text()}"
+                                          for c in slower)]), pytrace=False)
         if status is Status.SKIP:
             pytest.skip(verdict.message)
         base = self.baseline_statuses.get(verdict.variant)
@@ -439,9 +452,12 @@ class MatrixPlugin:
         if self.baseline is not None:
             from .outputs.diff import compare
 
-            result = compare(self.baseline, report, names=(str(self.settings.baseline), "this run"))
+            result = compare(self.baseline, report, names=(str(self.settings.baseline), "this run"),
+                             speed_tolerance_pct=self.settings.speed_tolerance_pct)
             lines.append(f"against the baseline {self.settings.baseline}: {result.counts_line()}")
             lines += [f"  REGRESSION {c.variant}: {c.baseline or 'absent'} -> {c.current}" for c in result.regressions]
+            lines += [f"  SPEED REGRESSION {c.text()}" for c in result.speed.regressions]
+            lines += [f"  {line}" for line in [result.speed.line()] if line]
         lines.append("wrote " + ", ".join(self.files))
         if report.run.unwritten:  # the outcome of the items stands without them
             lines.append(write_problem(report.run.unwritten))

@@ -64,13 +64,19 @@ def test_agreeing_gpus_and_ops_left_out_change_nothing():
     assert changed == [] and notes == ["sdc[1]: 2 GPUs (cuda:0, cuda:1) agree bit for bit on 2 ops"]
 
 
-def test_a_later_journal_record_of_a_variant_on_a_gpu_replaces_the_earlier():
+def test_a_rejudged_journal_record_of_a_variant_on_a_gpu_replaces_the_earlier():
+    """The node check's later verdict (a `rejudged` record) replaces the first; two plain records of
+    one variant (a run that ran it twice) both stay."""
     header = {"record": "header", "schema": "rocmcheck-report", "schema_version": "1.0", "run": {"id": "r"}}
     passed, failed, other = (_verdict(1, "aaa"), _verdict(1, "abz", status=Status.FAIL), _verdict(0, "aaa"))
-    lines = [json.dumps(r) for r in (header, *({"record": "verdict", "verdict": v.to_dict()}
-                                              for v in (passed, other, failed)), {"record": "end", "run": {}})]
+    records = [{"record": kind, "verdict": v.to_dict()}
+               for kind, v in (("verdict", passed), ("verdict", other), ("rejudged", failed))]
+    lines = [json.dumps(r) for r in (header, *records, {"record": "end", "run": {}})]
     report = journal_to_report(lines, "journal")
     assert [(v.device["name"], v.status) for v in report.verdicts] == [("cuda:1", Status.FAIL), ("cuda:0", Status.PASS)]
+    records[2]["record"] = "verdict"
+    lines = [json.dumps(r) for r in (header, *records, {"record": "end", "run": {}})]
+    assert len(journal_to_report(lines, "journal").verdicts) == 3
 
 
 HASHING = textwrap.dedent('''

@@ -16,6 +16,7 @@ from typing import Dict, Optional
 import pytest
 
 from rocmcheck.cli import main
+from rocmcheck.engine.options import SPEED_TOLERANCE_PCT
 from rocmcheck.outputs.diff import classify, compare
 from rocmcheck.outputs.storage import report_json
 from rocmcheck.records import SCHEMA, SCHEMA_VERSION, Report
@@ -26,6 +27,7 @@ CPU = {"device": {"name": "cpu"}, "host": {"system": "Linux"}, "device_facts": {
 
 
 RUN_IDS = itertools.count(1)
+DEFAULT = f"{SPEED_TOLERANCE_PCT:g}"  # the default speed tolerance, as the diff prints it
 
 
 def report(statuses: Dict[str, str], fingerprint: Optional[dict] = None, **verdict_extra) -> dict:
@@ -96,8 +98,99 @@ def test_diff_reads_a_journal_cut_off_mid_line(tmp_path: Path, capsys) -> None:
 def test_compare_takes_the_worst_of_a_repeated_variant() -> None:
     twice = report({"a": "pass"})
     twice["verdicts"].append({"probe": "a", "variant": "a", "status": "crash"})
-    assert [c.kind for c in compare(Report.from_dict(report({"a": "pass"})), Report.from_dict(twice)).changes] \
-        == ["regression"]
+    result = compare(Report.from_dict(report({"a": "pass"})), Report.from_dict(twice), speed_tolerance_pct=45)
+    assert [c.kind for c in result.changes] == ["regression"]
+
+
+def speed(figures: Dict[str, float], index: Optional[int] = 0, model: str = "GPU-A") -> dict:
+    """A verdict's extra fields: speed figures (one sample each) measured on GPU `index` (None: the CPU)."""
+    device = {"name": "cpu"} if index is None else {"name": f"cuda:{index}", "index": index, "model": model}
+    return {"device": device, "measurements": {"speed": {name: {"unit": "GB/s", "samples": [value]}
+                                                         for name, value in figures.items()}}}
+
+
+def two_gpus(*figures: Dict[str, float], model: str = "GPU-A") -> dict:
+    """A pcie-link run on GPUs 0 and 1 (a verdict each), with their figures."""
+    data = report({"pcie-link": "skip"})
+    data["verdicts"] = [{**data["verdicts"][0], **speed(f, i, model)} for i, f in enumerate(figures)]
+    return data
+
+
+def test_a_speed_figure_slower_beyond_the_tolerance_fails_the_diff_naming_it_with_both_values(tmp_path, capsys):
+    """Matched by (variant, GPU index, figure name): GPU 1's 60 is judged against GPU 1's baseline."""
+    base = save(tmp_path / "base.json", two_gpus({"h2d-pinned": 100, "d2h-pinned": 50}, {"h2d-pinned": 60}))
+    cur = save(tmp_path / "cur.json", two_gpus({"h2d-pinned": 60, "d2h-pinned": 40}, {"h2d-pinned": 60}))
+    assert main(["diff", base, cur, "--json", str(tmp_path / "diff.json")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "0 regressions, 0 fixes, 0 changed, 0 new, 0 missing, 1 unchanged" in out  # the statuses
+    assert [line for line in out if line.startswith("SPEED")] == [
+        "SPEED REGRESSION pcie-link GPU 0 h2d-pinned: 100 -> 60 GB/s, best sample 100 -> 60 (67% slower)"]
+    assert out[-1] == f"speed: compared 3 figures present in both runs; 1 regression beyond {DEFAULT}% slower"
+    data = json.loads((tmp_path / "diff.json").read_text())["speed"]
+    assert data["regressions"] == [{"variant": "pcie-link", "gpu": 0, "figure": "h2d-pinned", "unit": "GB/s",
+                                    "baseline": 100.0, "current": 60.0, "baseline_best": 100.0, "current_best": 60.0,
+                                    "slower_pct": pytest.approx(200 / 3), "regression": True}]
+    assert data["compared"] == 3 and data["tolerance_pct"] == SPEED_TOLERANCE_PCT and data["note"] == out[-1]
+    assert main(["diff", base, cur, "--speed-tolerance", "70"]) == 0  # 67% is within 70
+    assert capsys.readouterr().out.endswith("0 regressions beyond 70% slower\n")
+
+
+def test_the_tolerance_is_pytest_benchmarks_percentage_of_time_and_a_figure_exactly_at_it_passes():
+    base = Report.from_dict(two_gpus({"copy": 100.0}))
+    for now, slower in ((80.0, False), (100 / 1.45, False), (68.9, True), (0.0, True)):
+        result = compare(base, Report.from_dict(two_gpus({"copy": now})), speed_tolerance_pct=45)
+        assert [c.figure for c in result.speed.regressions] == (["copy"] if slower else []), now
+        assert result.failed is slower
+
+
+def test_the_fastest_samples_are_judged_so_a_run_slowed_in_some_samples_only_is_no_regression():
+    """A shared machine slows some samples of a run, never its fastest by much; a slower GPU, all of them."""
+    def run(samples):
+        data = report({"speed": "pass"})
+        data["verdicts"][0].update(device={"index": 0, "model": "m"},
+                                   measurements={"speed": {"matmul-fp32": {"unit": "TFLOPS", "samples": samples}}})
+        return Report.from_dict(data)
+
+    base = run([0.11, 0.112, 0.111, 0.113, 0.11])
+    noisy = compare(base, run([0.041, 0.11, 0.026, 0.111, 0.042]), speed_tolerance_pct=45).speed  # median 0.042
+    assert noisy.regressions == [] and noisy.changes[0].current == 0.042
+    slow = compare(base, run([0.05, 0.052, 0.051, 0.05, 0.05]), speed_tolerance_pct=45).speed
+    assert [c.text() for c in slow.regressions] == [
+        "speed GPU 0 matmul-fp32: 0.111 -> 0.05 TFLOPS, best sample 0.113 -> 0.052 (2.2x slower)"]
+
+
+@pytest.mark.parametrize("baseline, current, line", [
+    (two_gpus({"copy": 100}, model="GPU-A"), two_gpus({"copy": 10}, model="GPU-B"),
+     "speed: compared 0 of the 1 figure present in both runs (not compared: 1 on another GPU model, GPU-A -> GPU-B); "
+     f"0 regressions beyond {DEFAULT}% slower"),
+    (report({"pcie-link": "skip"}), two_gpus({"copy": 10, "other": 1}),
+     "speed: the baseline has no speed figures (this run has 2): none compared"),
+    (two_gpus({"copy": 10}), report({"pcie-link": "skip"}),
+     "speed: this run has no speed figures (the baseline has 1): none compared"),
+    (report({"pcie-link": "skip"}, **{"pcie-link": speed({"copy": 100}, None)}), two_gpus({"copy": 10, "x": 1}),
+     "speed: compared 0 figures present in both runs, 1 only in the baseline, 2 only in this run; "
+     f"0 regressions beyond {DEFAULT}% slower"),
+], ids=["another-gpu-model", "baseline-without-figures", "run-without-figures", "cpu-against-gpu"])
+def test_what_was_not_compared_is_said_in_one_line_and_fails_nothing(tmp_path, capsys, baseline, current, line):
+    assert main(["diff", save(tmp_path / "b.json", baseline), save(tmp_path / "c.json", current)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == line
+
+
+def test_runs_without_speed_figures_say_nothing_of_speed(tmp_path, capsys):
+    base, cur = save(tmp_path / "b.json", report({"a": "pass"})), save(tmp_path / "c.json", report({"a": "pass"}))
+    assert main(["diff", base, cur, "--json", str(tmp_path / "d.json")]) == 0
+    assert "speed:" not in capsys.readouterr().out
+    assert json.loads((tmp_path / "d.json").read_text())["speed"]["note"] == ""
+
+
+@pytest.mark.parametrize("value, why", [("0", "must be a finite positive number, not 0"),
+                                        ("-5", "must be a finite positive number, not -5"),
+                                        ("inf", "must be a finite positive number, not inf"),
+                                        ("fast", "'fast' is not a number")])
+def test_a_bad_speed_tolerance_is_a_one_line_usage_error(tmp_path, capsys, value, why):
+    base = save(tmp_path / "b.json", report({"a": "pass"}))
+    assert main(["diff", base, base, "--speed-tolerance", value]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"rocmcheck: error: argument --speed-tolerance: {why}"]
 
 
 # --- matrix ------------------------------------------------------------------------------------

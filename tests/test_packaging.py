@@ -57,7 +57,8 @@ def test_wheel_declares_its_runtime_dependencies_and_entry_points(wheel):
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     requires = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
     runtime = {r.split(">")[0].split("=")[0].split(";")[0].strip() for r in requires if "extra ==" not in r}
-    assert runtime == {"numpy", "psutil", "tabulate"}  # the probes import numpy; torch does not depend on it
+    # the probes import numpy (torch does not depend on it); diff judges speed with pytest-benchmark's check
+    assert runtime == {"numpy", "psutil", "tabulate", "pytest-benchmark"}
     text = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "rocmcheck = rocmcheck.cli:main" in text and "[pytest11]" in text
 
@@ -142,7 +143,7 @@ def test_plugin_in_a_project_of_its_own_writes_the_matrix(torch_venv, elsewhere)
 # Each must find the whole probe library (the folder probes/, the package rocmcheck.probes) in the
 # parent and in the children that run the probes (zygote server and spawned interpreters).
 
-DEPENDENCIES = ("torch", "numpy", "psutil", "tabulate")  # linked from this interpreter: seconds, not minutes
+DEPENDENCIES = ("torch", "numpy", "psutil", "tabulate", "pytest-benchmark")  # linked from this interpreter: seconds
 WHERE_IS_THE_LIBRARY = "from rocmcheck import registry; print(registry.builtin_package().__path__[0])"
 
 

@@ -199,6 +199,38 @@ def test_with_a_baseline_only_regressions_fail(project: pytest.Pytester) -> None
     result.stdout.fnmatch_lines(["XFAIL rocmcheck::fake-fail - fail now, fail in the baseline: not a regression"])
 
 
+SPEED_PROBE = """
+import rocmcheck
+
+@rocmcheck.probe("fake-speed", title="speed", targets="-")
+def speed(ctx):
+    ctx.measure_speed("copy", "GB/s", [10.0, 11.0, 9.0], method="three copies")
+"""
+
+
+@pytest.mark.children
+def test_with_a_baseline_a_speed_figure_slower_beyond_the_tolerance_fails_its_item(pytester: pytest.Pytester) -> None:
+    (pytester.path / "sp").mkdir()
+    (pytester.path / "sp" / "speed.py").write_text(SPEED_PROBE)
+    figure = {"unit": "GB/s", "samples": [100.0]}
+    baseline = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run": {}, "fingerprint": {},
+                "verdicts": [{"probe": "fake-speed", "variant": "fake-speed", "status": "pass",
+                              "device": {"name": "cpu"}, "measurements": {"speed": {"copy": figure}}}]}
+    (pytester.path / "base.json").write_text(json.dumps(baseline))
+    args = ("--rocm-matrix=out", "--rocm-probes-path=sp", "--rocm-baseline=base.json", "-k", "fake-speed")
+    result = run(pytester, *args)
+    result.assert_outcomes(failed=1)  # it passed, and copies 10 times slower than in the baseline
+    result.stdout.fnmatch_lines(["PASS fake-speed: *", "speed regression against the baseline, beyond 50% slower: "
+                                 "fake-speed copy: 100 -> 10 GB/s, best sample 100 -> 11 (9.1x slower)"])
+    result.stdout.fnmatch_lines([
+        "against the baseline *base.json: 0 regressions, 0 fixes, 0 changed, 0 new, 0 missing, 1 unchanged",
+        "  SPEED REGRESSION fake-speed copy: 100 -> 10 GB/s, best sample 100 -> 11 (9.1x slower)",
+        "  speed: compared 1 figure present in both runs; 1 regression beyond 50% slower"])
+    run(pytester, *args, "--rocm-speed-tolerance=1000").assert_outcomes(passed=1)  # 9.1x: 809% slower
+    pytester.makeini("[pytest]\nrocm_speed_tolerance = 1000\n")
+    run(pytester, *args).assert_outcomes(passed=1)
+
+
 @pytest.mark.children
 def test_ctrl_c_leaves_a_partial_report_naming_the_running_probe(project: pytest.Pytester) -> None:
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rocm-matrix=out", "--rocm-probes-path=fp",
@@ -310,8 +342,10 @@ def test_xdist_mode_that_could_run_probes_concurrently_is_refused(project: pytes
     (["--rocm-baseline", "missing.json"], "", "*missing.json: cannot read*"),
     (["--rocm-inject", "bogus"], "", "unknown fault 'bogus'*"),
     (["--rocm-probes-path", "nowhere"], "", "probes path '*nowhere' is not a readable directory"),
+    ([], "rocm_speed_tolerance = 0", "ini option rocm_speed_tolerance must be a finite positive number of percent, "
+                                     "not '0'"),
 ], ids=["device", "ini-isolation", "timeout", "matrix-on-a-file", "html-on-a-folder", "baseline",
-        "fault", "probes-path"])
+        "fault", "probes-path", "ini-speed-tolerance"])
 def test_bad_settings_are_one_line_usage_errors(pytester: pytest.Pytester, args, ini, message) -> None:
     if ini:
         pytester.makeini(f"[pytest]\n{ini}\n")

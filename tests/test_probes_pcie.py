@@ -6,11 +6,13 @@ facts naming the GPU's PCI address; the timing helper is pure over the clock it 
 from __future__ import annotations
 
 import textwrap
+import time
 
 import pytest
 
 import rocmcheck
 from conftest import probe_module
+from rocmcheck.model import Verdict, speed_figures
 
 GEN4, GEN3 = "16.0 GT/s PCIe", "8.0 GT/s PCIe"
 FACTS = {"devices": [{"index": 0, "pci_address": "0000:03:00.0"}]}  # make_host's first GPU
@@ -20,11 +22,14 @@ def test_bandwidth_on_the_cpu_is_measured_host_to_host_then_skips(rocm_run):
     (v,) = rocm_run(probe="pcie-link", profile="gate")
     assert v["status"] == "skip" and "no PCIe link to read on the CPU" in v["message"]
     m = v["measurements"]
-    rates = {k: m[k] for k in m if k.endswith("_gbps")}
-    assert set(rates) == {"h2d_pageable_gbps", "d2h_pageable_gbps"}  # no pinned memory on the CPU
-    for name, r in rates.items():
-        assert 0 < r["min"] <= r["median"] <= r["max"], (name, r)
-    assert m["bandwidth_samples"] == 5 and m["bandwidth_bytes"] == 4 << 20
+    assert not [k for k in m if k.endswith("_gbps")]  # the figures are the record, with no copy beside them
+    figures = speed_figures(Verdict.from_dict(v))
+    assert set(figures) == {"h2d-pageable", "d2h-pageable"}  # no pinned memory on the CPU
+    for name, figure in figures.items():
+        assert figure.unit == "GB/s" and len(figure.samples) == 40 and min(figure.samples) > 0, (name, figure)
+        assert figure.method.startswith("thread CPU time") and "4 MiB" in figure.method
+        assert "40 samples" in figure.method
+    assert m["bandwidth_bytes"] == 4 << 20
 
 
 def test_samples_are_timed_by_the_clock_given_after_an_untimed_warm_up():
@@ -41,17 +46,19 @@ def test_samples_are_timed_by_the_clock_given_after_an_untimed_warm_up():
     calls = []
     clock = Scripted([0.004, 0.001, 0.002, 0.008, 0.002])
     rates = probe_module("pcie").sample_gbps(clock, lambda: calls.append(1), 8_000_000, 5)
-    assert rates == {"median": 4.0, "min": 1.0, "max": 8.0}
+    assert rates == [2.0, 8.0, 4.0, 1.0, 4.0]  # every sample, in order: the figure keeps them all
     assert len(calls) == 6 and clock.durations == []  # warm-up + 5 samples, each sample timed once
 
 
-def test_device_events_time_gpu_copies_and_the_wall_clock_cpu_ones():
+def test_device_events_time_gpu_copies_and_the_threads_cpu_time_cpu_ones():
     from rocmcheck import torchapi
 
     mod = probe_module("pcie")
     assert isinstance(mod.clock_for(rocmcheck.ProbeContext(device="cuda:1")), torchapi.EventClock)
     cpu = mod.clock_for(rocmcheck.ProbeContext(device="cpu"))
-    assert isinstance(cpu, torchapi.WallClock) and cpu.seconds(lambda: sum(range(1000))) > 0
+    assert isinstance(cpu, torchapi.ThreadClock) and cpu.seconds(lambda: sum(range(100000))) > 0
+    assert cpu.seconds(lambda: time.sleep(0.2)) < 0.1  # the thread's work, not the time it waited
+    assert isinstance(torchapi.clock("cpu", waits=True), torchapi.WallClock)  # a collective waits on other ranks
 
 
 @pytest.mark.children

@@ -41,6 +41,8 @@ DEVICE_PATHS = textwrap.dedent('''
     start.record(); x = torch.randn(64, 64, device="simgpu:0") @ torch.randn(64, 64, device="simgpu:0"); end.record()
     end.synchronize()
     assert start.elapsed_time(end) > 0
+    start.record(); time.sleep(0.3); end.record()  # the device's clock counts its own work, not the host's time
+    assert start.elapsed_time(end) < 100, start.elapsed_time(end)
     assert torch.accelerator.memory_allocated(1) >= 4000 and torch.accelerator.get_memory_info(0)[1] == 8 << 30
     with torch.autocast("simgpu", dtype=torch.bfloat16):
         assert (x @ x).dtype == torch.bfloat16
@@ -48,6 +50,20 @@ DEVICE_PATHS = textwrap.dedent('''
     out = conv(torch.randn(2, 3, 8, 8, device="simgpu:1"))
     out.sum().backward()
     assert conv.weight.grad.device == torch.device("simgpu:1")
+    big, on_device = torch.ones(1 << 20), torch.empty(1 << 20, device="simgpu:0")
+
+    def copy_ms():  # the least of 5, each timed by the device's events
+        times = []
+        for _ in range(5):
+            start.record(); on_device.copy_(big); end.record()
+            times.append(start.elapsed_time(end))
+        return min(times)
+    healthy = copy_ms()
+    simgpu.set_fault("slow-copy", 4)
+    slowed = copy_ms()
+    assert slowed > 2.5 * healthy, (healthy, slowed)  # 4 times as long, the copies still right
+    assert torch.equal(on_device.cpu(), big)
+    simgpu.set_fault("slow-copy", 0)
     simgpu.set_fault("copy-tail", 4)
     assert torch.equal(host.to("simgpu:0").cpu(), host)  # a blocking copy is untouched
     faulty = pinned.to("simgpu:0", non_blocking=True).cpu()

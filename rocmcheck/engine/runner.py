@@ -419,7 +419,7 @@ class Runner:
     def check_agreement(self) -> None:
         """Once every GPU ran: the node check of the deterministic workload's hashes
         (`agreement.node_check`). A GPU it names gets its verdict again, now failing, in the
-        journal (the later record of a variant on a GPU replaces the earlier) and the report; a
+        journal (a `rejudged` record, which replaces the earlier one of its variant on its GPU) and the report; a
         live line where its status changed, else a note."""
         changed, notes = agreement.node_check(self.verdicts)
         for text in notes:
@@ -428,7 +428,7 @@ class Runner:
             (verdict,) = known_issues.judged([verdict], self.fingerprint_cache, self.verdicts)
             before = next(v for v in self.verdicts if (v.variant, v.device) == (verdict.variant, verdict.device))
             self.verdicts[self.verdicts.index(before)] = verdict
-            self._journal({"record": "verdict", "verdict": verdict.to_dict()})
+            self._journal({"record": "rejudged", "verdict": verdict.to_dict()})
             if verdict.status is before.status:
                 added = verdict.message[len(before.message):].lstrip("; ")
                 self.note(f"{verdict.variant} on {verdict.device.get('name')}: {added}")

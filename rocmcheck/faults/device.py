@@ -90,3 +90,20 @@ def _bitflip(arg: Optional[str]) -> None:
        "at most 1", needs="simgpu", parse_arg=_flip_target)
 def _bitflip_rate(arg: Optional[str]) -> None:
     simgpu.set_bitflip(*_flip_target(arg or ""))
+
+
+SLOW_COPY_FACTOR = 4  # far beyond the run-to-run noise measured on a loaded 2-core machine (engine.options)
+
+
+def _slow_factor(arg: Optional[str]) -> None:
+    """In the parent: a factor below 2 would slow nothing, a one-line error before any child."""
+    if int(arg or SLOW_COPY_FACTOR) < 2:
+        raise UsageError(f"fault 'simgpu-slow-copy' takes a slow-down factor of at least 2, not {arg}")
+
+
+@fault("simgpu-slow-copy", f"every copy between the host and a simulated GPU takes ARG (default {SLOW_COPY_FACTOR}) "
+       "times as long (a link that trained down, a slow DMA path): the copies stay right, their bandwidth figures "
+       "drop, and `rocmcheck diff` against a healthy baseline names each one", args="slow-down factor",
+       needs="simgpu", prepare=_slow_factor)
+def _slow_copy(arg: Optional[str]) -> None:
+    simgpu.set_fault("slow-copy", int(arg or SLOW_COPY_FACTOR))

@@ -31,7 +31,8 @@ The fractions, and why:
   of each other; a GPU stuck at low clocks, power-capped or throttling runs 30-50% slower. A GPU is
   named only when every sample of its figure, its best one too, is below 0.8 of the median: a
   slow GPU is slow every time, while one slow sample is a shared machine's noise (simulated GPUs
-  share the host's cores and memory bus, and their samples scatter by 3x there).
+  share the host's cores and memory bus: their fastest samples moved by up to 21% between two
+  healthy runs, tests/data/speed_noise.json).
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ LINK_FRACTION = 0.5
 NODE_FRACTION = 0.8
 FIGURES = ("matmul-fp32", "matmul-tf32", "matmul-fp16", "matmul-bf16", "matmul-fp8", "device-memory-copy",
            "device-memory-triad", "p2p-0-1", "all-reduce-busbw", "h2d-pageable", "h2d-pinned", "d2h-pageable",
-           "d2h-pinned")  # the figure names of the contract (p2p-I-J stands for every pair)
+           "d2h-pinned", "h2d-strided")  # the figure names of the contract (p2p-I-J stands for every pair)
 LINK_FIGURES = ("h2d-pinned", "d2h-pinned")  # judged against the PCIe link; pageable copies are the host's memcpy
 UNITS = ("TFLOPS", "GB/s")
 KINDS = ("peak", "target")

@@ -7,18 +7,33 @@ passes or warns. Every other change (pass -> warn, pass -> skip, fail -> crash,
 bad -> skip) is listed as *changed* and does not fail the diff. The pytest plugin's
 `--rocm-baseline` uses the same rule, so CI and the command agree.
 
+Speed figures (`model.SpeedFigure`: a copy's GB/s, a matrix product's TFLOPS) are matched by
+(variant, GPU index, figure name) and compared where both runs hold one on the same GPU model
+(an H100's figures say nothing about an MI300X's). A figure *regresses* when its fastest sample
+takes more than the tolerance longer than the baseline's fastest: pytest-benchmark's
+`--benchmark-compare-fail=min:PCT%` over the time per byte or per operation (a rate's
+reciprocal), its statistics and its check doing the judging. The fastest sample, as
+pytest-benchmark advises for its comparisons: on a shared machine the others are slowed by
+whatever else ran, and a run's median moved by up to 2.8x there while its fastest sample held
+(`speed`'s fp32 products on the CPU: samples alternating between 0.11 and 0.03 TFLOPS within one
+run); a GPU that really got slower is slow in every sample. A speed regression fails the diff as
+a status regression does; the front-ends' default tolerance, `engine.options.SPEED_TOLERANCE_PCT`,
+comes from the run-to-run noise measured on a loaded machine (its comment gives the numbers).
+
 Exit 0 without regressions, 1 with any, 2 for unreadable or foreign input.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..errors import UsageError
 from ..host.fingerprint import summary
-from ..model import Status, is_bad
+from ..model import SpeedFigure, Status, Verdict, is_bad, speed_figures
 from ..records import Report, where_interrupted
+from ..wording import counted
 from .render import injected, injection_text, short
 
 KINDS = ("regression", "fix", "changed", "new", "missing")
@@ -59,8 +74,130 @@ class Change:
     message: str = ""
 
 
+# --- speed figures --------------------------------------------------------------------------
+
+
+FigureKey = Tuple[str, Optional[int], str]  # (variant, GPU index or None on the CPU, figure name)
+
+
+@dataclass(frozen=True)
+class SpeedChange:
+    """One speed figure held by both runs, on the same GPU model: both figures (their medians), the
+    fastest samples judged, and the verdict."""
+
+    variant: str
+    gpu: Optional[int]
+    figure: str
+    unit: str
+    baseline: float  # the figure's value: its median
+    current: float
+    baseline_best: float  # its fastest sample: what is judged
+    current_best: float
+    slower_pct: float  # how much longer the fastest sample takes now (negative: faster), pytest-benchmark's
+    regression: bool
+
+    def text(self) -> str:
+        """'pcie-link GPU 1 h2d-pinned: 60.8 -> 11.2 GB/s, best sample 62.1 -> 11.9 (5.2x slower)';
+        slower as the tolerance counts it, the same work taking that much longer."""
+        where = self.variant if self.gpu is None else f"{self.variant} GPU {self.gpu}"
+        if not math.isfinite(self.slower_pct):
+            how = "none measured now"
+        elif self.slower_pct >= 100:
+            how = f"{self.slower_pct / 100 + 1:.2g}x slower"
+        else:
+            how = f"{abs(self.slower_pct):.0f}% {'slower' if self.slower_pct >= 0 else 'faster'}"
+        return (f"{where} {self.figure}: {self.baseline:.4g} -> {self.current:.4g} {self.unit}, best sample "
+                f"{self.baseline_best:.4g} -> {self.current_best:.4g} ({how})")
+
+
+@dataclass
+class SpeedComparison:
+    """Every speed figure of two runs, matched, and what could not be compared, for the one line
+    that says what was compared."""
+
+    tolerance_pct: float
+    changes: List[SpeedChange] = field(default_factory=list)  # the figures in both runs, same GPU model
+    only_baseline: int = 0
+    only_current: int = 0
+    other_model: Dict[str, int] = field(default_factory=dict)  # "model -> model" -> figures not compared
+
+    @property
+    def regressions(self) -> List[SpeedChange]:
+        return [c for c in self.changes if c.regression]
+
+    def line(self) -> str:
+        """One line: what was compared and what was not, and the regressions beyond the tolerance
+        ("" when neither run holds a speed figure)."""
+        if not (self.changes or self.only_baseline or self.only_current or self.other_model):
+            return ""
+        held = len(self.changes) + sum(self.other_model.values())
+        if not held and not self.only_baseline:
+            return f"speed: the baseline has no speed figures (this run has {self.only_current}): none compared"
+        if not held and not self.only_current:
+            return f"speed: this run has no speed figures (the baseline has {self.only_baseline}): none compared"
+        compared = f"compared {counted(len(self.changes), 'figure')} present in both runs"
+        if self.other_model:
+            compared = (f"compared {len(self.changes)} of the {counted(held, 'figure')} present in both runs "
+                        f"(not compared: " + ", ".join(f"{n} on another GPU model, {models}"
+                                                       for models, n in self.other_model.items()) + ")")
+        parts = [compared] + [f"{n} only in {which}" for n, which in ((self.only_baseline, "the baseline"),
+                                                                       (self.only_current, "this run")) if n]
+        slower = counted(len(self.regressions), "regression")
+        return f"speed: {', '.join(parts)}; {slower} beyond {self.tolerance_pct:g}% slower"
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"tolerance_pct": self.tolerance_pct, "note": self.line(), "compared": len(self.changes),
+                "only_baseline": self.only_baseline, "only_current": self.only_current,
+                "other_model": dict(self.other_model), "regressions": [asdict(c) for c in self.regressions]}
+
+
+def figures_of(verdicts: Iterable[Verdict]) -> Dict[FigureKey, Tuple[SpeedFigure, Optional[str]]]:
+    """(variant, GPU index, figure name) -> the figure and its GPU model; where a report holds one
+    twice, the slower (as `statuses` keeps the worse status)."""
+    found: Dict[FigureKey, Tuple[SpeedFigure, Optional[str]]] = {}
+    for verdict in verdicts:
+        gpu, model = verdict.device.get("index"), verdict.device.get("model")
+        for name, figure in speed_figures(verdict).items():
+            key = (verdict.variant, gpu if isinstance(gpu, int) else None, name)
+            if key not in found or figure.value < found[key][0].value:
+                found[key] = (figure, model)
+    return found
+
+
+def times(figure: SpeedFigure) -> Any:
+    """A figure's samples as pytest-benchmark's statistics of the time per unit (a rate's reciprocal:
+    the seconds per GB or per TFLOP), so that its comparison reads them as it reads benchmark times."""
+    from pytest_benchmark.stats import Stats
+
+    stats = Stats()
+    for rate in figure.samples:
+        stats.update(1 / rate if rate > 0 else math.inf)
+    return stats
+
+
+def compare_speed(baseline: Iterable[Verdict], current: Iterable[Verdict], tolerance_pct: float) -> SpeedComparison:
+    """Judge every speed figure of `current` against the same one in `baseline` (the module's doc)."""
+    from pytest_benchmark.utils import PercentageRegressionCheck
+
+    check = PercentageRegressionCheck("min", tolerance_pct)
+    before, now = figures_of(baseline), figures_of(current)
+    result = SpeedComparison(tolerance_pct, only_baseline=sum(key not in now for key in before),
+                             only_current=sum(key not in before for key in now))
+    for key in sorted(set(before) & set(now), key=lambda k: (k[0], -1 if k[1] is None else k[1], k[2])):
+        (base, base_model), (cur, cur_model) = before[key], now[key]
+        if base_model != cur_model:
+            models = f"{base_model or 'an unknown model'} -> {cur_model or 'an unknown model'}"
+            result.other_model[models] = result.other_model.get(models, 0) + 1
+            continue
+        timed = {"min": times(cur).min}, {"min": times(base).min}  # (current, compared), as the check reads them
+        result.changes.append(SpeedChange(key[0], key[1], key[2], cur.unit, base.value, cur.value, max(base.samples),
+                                          max(cur.samples), check.compute(*timed), bool(check.fails(*timed))))
+    return result
+
+
 @dataclass
 class Diff:
+    speed: SpeedComparison
     changes: List[Change] = field(default_factory=list)
     unchanged: int = 0
 
@@ -71,17 +208,24 @@ class Diff:
     def regressions(self) -> List[Change]:
         return self.of("regression")
 
+    @property
+    def failed(self) -> bool:
+        """A status regression or a speed figure slower beyond the tolerance: exit 1."""
+        return bool(self.regressions or self.speed.regressions)
+
     def counts_line(self) -> str:
         plural = {"regression": "regressions", "fix": "fixes"}
         parts = [f"{n} {plural.get(kind, kind) if n != 1 else kind}" for kind in KINDS for n in [len(self.of(kind))]]
         return ", ".join(parts) + f", {self.unchanged} unchanged"
 
 
-def compare(baseline: Report, current: Report, names: tuple = ("baseline", "current")) -> Diff:
-    """Classify every variant of both reports; `names` label them in error messages."""
+def compare(baseline: Report, current: Report, names: tuple = ("baseline", "current"), *,
+            speed_tolerance_pct: float) -> Diff:
+    """Classify every variant of both reports and judge their speed figures; `names` label them in
+    error messages."""
     before, now = statuses(baseline, names[0]), statuses(current, names[1])
     messages = {v.variant: v.message for v in current.verdicts}
-    result = Diff()
+    result = Diff(speed=compare_speed(baseline.verdicts, current.verdicts, speed_tolerance_pct))
     for variant, status in now.items():
         kind = classify(before.get(variant), status)
         if kind == "same":
@@ -123,4 +267,6 @@ def text(sides: List[Dict[str, Any]], result: Diff) -> str:
         lines += ["", tabulate(rows, headers=["change", "variant", "baseline", "current", "message"],
                                tablefmt="simple")]
     lines += ["", result.counts_line()]
+    lines += [f"SPEED REGRESSION {c.text()}" for c in result.speed.regressions]
+    lines += [line for line in [result.speed.line()] if line]
     return "\n".join(lines)

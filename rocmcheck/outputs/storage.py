@@ -246,8 +246,10 @@ def journal_to_report(lines: List[str], what: str) -> Report:
         if kind == "started":
             started = rec.get("variant")
         elif kind == "verdict":
-            verdicts = _with(verdicts, rec.get("verdict"))
+            verdicts.append(rec.get("verdict"))
             started = None
+        elif kind == "rejudged":  # a verdict judged again once every GPU ran (the node check)
+            verdicts = _with(verdicts, rec.get("verdict"))
         elif kind == "end":
             end = rec
     run = dict(header["run"]) if isinstance(header.get("run"), dict) else {}

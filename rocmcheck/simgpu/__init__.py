@@ -35,7 +35,7 @@ CACHE_ENV = "ROCMCHECK_SIMGPU_CACHE"
 INIT_ENV = "ROCMCHECK_SIMGPU_INIT_S"  # seconds each process's first device initialisation costs
 INIT_LOG_ENV = "ROCMCHECK_SIMGPU_INIT_LOG"  # a file each process's device initialisation appends its pid to
 # planted in the device (simgpu.cpp's set_fault, and set_bitflip)
-FAULTS = ("copy-tail", "stale-side-stream", "wrong-device", "slow-matmul", "slow-matmul-factor", "bitflip")
+FAULTS = ("copy-tail", "stale-side-stream", "wrong-device", "slow-matmul", "slow-matmul-factor", "slow-copy", "bitflip")
 _ext: Optional[ModuleType] = None
 
 

@@ -55,8 +55,10 @@ std::atomic<StreamId> g_next_stream{1};
 // Planted faults: the tail of non-blocking host-to-device copies zeroed (1/denominator of the
 // bytes, 0 = off); copies on a side stream deliver the previous copy's bytes; one device whose
 // floating-point results (every op it computes, convolutions included) come out wrong (-1 = none);
-// one device whose matrix products take g_slow_matmul_factor times as long (-1 = none).
+// one device whose matrix products take g_slow_matmul_factor times as long (-1 = none); every copy
+// between the host and a device taking g_slow_copy times as long (below 2 = off).
 int64_t g_tail_denominator = 0;
+int64_t g_slow_copy = 0;
 bool g_stale_side_stream = false;
 int64_t g_wrong_device = -1;
 int64_t g_slow_matmul_device = -1;
@@ -190,8 +192,29 @@ void PinnedAllocator::release(void* p) {
 }
 
 // ---- devices, streams and events ----------------------------------------------------------------
+// The device's own clock, which its events read: the CPU time of the thread its work runs on (work
+// is synchronous, on the caller's thread). A GPU's events time its own work, not the host's
+// scheduling: with the wall clock, two healthy runs' speed figures (the fastest sample of the
+// STREAM triad) differed by up to 2.2x on a loaded 2-core machine, with this clock by up to 24%
+// (scripts/speed_noise.py). A planted slowness keeps the thread busy, as asleep its clock stands
+// still; a wait for another process (a collective) is no work of the device and is not counted.
+std::chrono::nanoseconds device_clock() {
+#ifdef _WIN32
+  return std::chrono::steady_clock::now().time_since_epoch();
+#else
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
+#endif
+}
+
+void busy_until(std::chrono::nanoseconds until) {
+  while (device_clock() < until) {
+  }
+}
+
 struct Event {
-  std::chrono::steady_clock::time_point at;
+  std::chrono::nanoseconds at{0};
 };
 
 struct Guard final : c10::impl::DeviceGuardImplInterface {
@@ -226,7 +249,7 @@ struct Guard final : c10::impl::DeviceGuardImplInterface {
   DeviceIndex deviceCount() const noexcept override { return static_cast<DeviceIndex>(g_count); }
   void record(void** event, const c10::Stream&, const DeviceIndex, const c10::EventFlag) const override {
     if (!*event) *event = new Event();
-    static_cast<Event*>(*event)->at = std::chrono::steady_clock::now();
+    static_cast<Event*>(*event)->at = device_clock();
   }
   void block(void*, const c10::Stream&) const override {}  // work is done when it is queued
   bool queryEvent(void*) const override { return true; }
@@ -356,7 +379,11 @@ void stale_side_stream(const at::Tensor& dst) {  // deliver the previous copy's 
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   c10::OptionalDeviceGuard guard(dst.device().type() == kType ? dst.device() : self.device());
+  auto began = device_clock();
   as_cpu(dst).copy_(as_cpu(self));
+  bool host_side = self.device().is_cpu() || dst.device().is_cpu();
+  if (host_side && g_slow_copy > 1)  // the planted slow link: the copy takes g_slow_copy times as long
+    busy_until(began + (device_clock() - began) * g_slow_copy);
   bool to_device = dst.device().type() == kType && self.device().is_cpu();
   if (to_device && g_stale_side_stream) stale_side_stream(dst);
   if (to_device && non_blocking && g_tail_denominator > 0 && dst.is_contiguous() && dst.nbytes()) {
@@ -404,7 +431,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
 }
 
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  auto began = std::chrono::steady_clock::now();
+  auto began = device_clock();
   at::native::cpu_fallback(op, stack);
   if (stack->empty() || !stack->back().isTensor()) return;
   const at::Tensor& result = stack->back().toTensor();
@@ -412,7 +439,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (g_flip_device >= 0 && is_product(op)) maybe_flip(result);
   if (g_slow_matmul_device >= 0 && is_product(op) &&  // the planted "one slow GPU" fault: the events see it
       result.device() == c10::Device(kType, g_slow_matmul_device)) {
-    std::this_thread::sleep_for((std::chrono::steady_clock::now() - began) * (g_slow_matmul_factor - 1));
+    busy_until(began + (device_clock() - began) * g_slow_matmul_factor);
   }
 }
 
@@ -471,6 +498,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     else if (name == "stale-side-stream") g_stale_side_stream = value != 0;
     else if (name == "wrong-device") g_wrong_device = value;
     else if (name == "slow-matmul") g_slow_matmul_device = value;
+    else if (name == "slow-copy") g_slow_copy = value;
     else if (name == "slow-matmul-factor") g_slow_matmul_factor = std::max<int64_t>(value, 1);
     else TORCH_CHECK(false, "simgpu: no fault named ", name);
   });
