@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import ast
 import os
-import re
 import subprocess
 import sys
 from importlib import metadata
@@ -12,6 +11,7 @@ from typing import Dict, List, Optional
 
 import pytest
 from hypothesis import settings
+from packaging.requirements import Requirement
 
 pytest_plugins = ["pytester"]
 
@@ -313,7 +313,9 @@ def linked_venv(path: Path, *distributions: str) -> Path:
         if dist.metadata["Name"].lower() in seen:
             continue
         seen.add(dist.metadata["Name"].lower())
-        todo += [re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0] for r in dist.requires or [] if "extra ==" not in r]
+        # what it requires here: an extra's, or another Python's (pytest's `tomli; python_version < "3.11"`), is not
+        todo += [req.name for req in map(Requirement, dist.requires or [])
+                 if req.marker is None or req.marker.evaluate({"extra": ""})]
         for top in {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith(("..", "__pycache__"))}:
             if not (linked / top).exists():
                 (linked / top).symlink_to(Path(dist.locate_file(top)))
