@@ -3,7 +3,7 @@
 #   make test   the same environment plus the test tools and the hf extra, then the test suite
 # And for a developer: make test-fast   the tests that start no process (no probe children, no packaging,
 # fleet or simulated-GPU build, no whole-process timing): -m "not slow and not children"; a test that
-# starts a process unmarked fails there (conftest.py). 18 s on 2 idle cores, up to 2 min loaded (README).
+# starts a process unmarked fails there (conftest.py). 33 s on 2 idle cores, up to 2 min loaded (README).
 # Each has its stamp: $(VENV)/.installed-gate (rocmcheck and torch) and $(VENV)/.installed (all of it,
 # what a developer sets up), so `make gate` then `make test` in one folder adds what the tests need.
 # torch: one already importable in the environment is reused; otherwise the build that fits the
