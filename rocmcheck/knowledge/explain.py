@@ -122,7 +122,7 @@ def recognise(text: str) -> List[Dict[str, Any]]:
                 lines.append({"line": number, "text": _quote(text, m.start(), m.end())})
         if count:
             found.append({"id": sig.id, "meaning": sig.meaning, "generic": sig.generic, "class": sig.klass,
-                          "count": count, "lines": lines, "at": first})
+                          "benign": sig.benign, "count": count, "lines": lines, "at": first})
     return found
 
 
@@ -219,7 +219,8 @@ def explain(text: str, local: Optional[Dict[str, Any]] = None, redactor: Optiona
     with what it means and what to collect), known issues (best first), stated facts, their
     checks against each other and `local` (this machine; None: not compared), what the text
     cannot tell, and the probes that would confirm it here."""
-    found = recognise(text)
+    everything = recognise(text)
+    found = [f for f in everything if not f["benign"]]  # benign warnings are named, never diagnosed
     ids = [f["id"] for f in found]
     facts = stated_facts(text, ids, [f["at"] for f in found])
     failure_classes = classes.classify(found, facts)
@@ -230,7 +231,8 @@ def explain(text: str, local: Optional[Dict[str, Any]] = None, redactor: Optiona
     probes = list(dict.fromkeys([*(p for issue in issues if issue["confident"] for p in issue["confirm"]),
                                  *(leading["confirm"] if leading else ()),
                                  *(p for issue in issues for p in issue["confirm"])]))
-    result = {"signatures": [{k: v for k, v in f.items() if k != "at"} for f in found],
+    result = {"signatures": [{k: v for k, v in f.items() if k not in ("at", "benign")} for f in found],
+              "benign": [{k: v for k, v in f.items() if k not in ("at", "benign")} for f in everything if f["benign"]],
               "classes": failure_classes, "known_issues": issues, "facts": facts,
               "checks": _checks(facts, ids, local, leading["id"] if leading else None),
               "not_told": _not_told(facts, issues, found, leading),
@@ -251,6 +253,9 @@ def render(result: Dict[str, Any], source: str) -> str:
             more = f" (seen on {sig['count']} lines)" if sig["count"] > len(sig["lines"]) else ""
             out.append(f"  {sig['id']}: {sig['meaning']}{more}")
             out += [f"    line {ln['line']}: {ln['text']}" for ln in sig["lines"]]
+    if result["benign"]:
+        out.append("Benign (no GPU failure; nothing to fix):")
+        out += [f"  {sig['id']}: {sig['meaning']} (line {sig['lines'][0]['line']})" for sig in result["benign"]]
     if result["classes"]:
         lead, *others = result["classes"]
         out.append(f"Failure class: {lead['title']} ({lead['id']})")

@@ -27,6 +27,7 @@ class Signature:
     generic: bool  # names a family (any HIP error), not a cause
     klass: Optional[str] = None  # the failure class it points to (data/failure_classes.json)
     logs_only: bool = False  # matched over a user's log only: its words also appear in a probe's progress lines
+    benign: bool = False  # a warning that names no failure (a library's fallback notice): said so, never diagnosed
     needles: Tuple[str, ...] = field(default=(), compare=False)  # see literals()
 
     def __post_init__(self) -> None:
@@ -81,7 +82,8 @@ def could_match(needles: Tuple[str, ...], lowered: str) -> bool:
 def _load() -> Tuple[List[Signature], List[Signature], Dict[str, List["re.Pattern[str]"]]]:
     data = json.loads(SIGNATURES_FILE.read_text(encoding="utf-8"))
     table = [Signature(s["id"], re.compile(s["pattern"], re.I if "i" in s.get("flags", "") else 0), s["meaning"],
-                       bool(s.get("generic")), s.get("class"), bool(s.get("logs_only"))) for s in data["signatures"]]
+                       bool(s.get("generic")), s.get("class"), bool(s.get("logs_only")), bool(s.get("benign")))
+             for s in data["signatures"]]
     # the kernel log's kinds are kernellog's patterns, so a dmesg line reads the same in a run and in a log
     kernel = [Signature(data["kernel"][kind]["id"], pattern, data["kernel"][kind]["meaning"], False,
                         data["kernel"][kind]["class"], True) for kind, pattern in kernellog.PATTERNS]
