@@ -194,8 +194,20 @@ def _checks(facts: Dict[str, Any], found_ids: List[str], local: Optional[Dict[st
         built = facts.get("wheel_archs")
         carried = logfacts.GPUS["cuda_arch_notes"].get(card)
         notes.append(f"fix for {card}: " + (f"the build lists {' '.join(built)}: " if built else "")
+                     + _cuda_build_reading(card, built)
                      + f"install a torch whose arch list has {card}" + (f" ({carried})" if carried else ""))
     return notes
+
+
+def _cuda_build_reading(card: str, built: Optional[List[str]]) -> str:
+    """What an arch list says about the CUDA the build was made with, held against what the card
+    needs: a list ending at sm_75 is a CUDA 10 build, and an sm_86 card needs CUDA 11.1 or newer."""
+    newest = max((int(a[3:]) for a in built or () if a[3:].isdigit()), default=0)
+    build = next((what for top, what in logfacts.GPUS["cuda_build_by_newest_arch"] if newest <= top), None)
+    needs = logfacts.GPUS["cuda_min"].get(card)
+    if not (newest and build and needs):
+        return ""
+    return f"its list ends at sm_{newest}, {build}; {card} needs CUDA {needs} or newer: "
 
 
 def _not_told(facts: Dict[str, Any], issues: List[Dict[str, Any]], found: List[Dict[str, Any]],

@@ -43,6 +43,18 @@ LISTED = ("_lazy_", "tensilelibrary_", "capabilities", "supported types", "targe
 CURRENT_DEVICE = re.compile(r"current device: (\d+)")
 WHEEL_LIST = re.compile(r"supports CUDA capabilities((?: sm_\d+)+)")
 XID = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
+# the collective a watchdog timed out at (NCCL/RCCL's SeqNum, or the last one completed): how far the run got
+COLLECTIVE_SEQ = re.compile(r"SeqNum=(\d+)|last completed NCCL work: (\d+)")
+# training that got somewhere (a step, an epoch or a progress bar past 0, a finished fit): before a
+# collective timeout it means the earlier collectives completed
+PROGRESS = re.compile(r"\b[1-9]\d*/\d+ \[\d|[Ee]poch:? ?[1-9]|\b[Ss]tep:? ?[1-9]\d*\b|'loss': |max_epochs\S* reached")
+WATCHDOG = re.compile(r"Watchdog caught collective operation timeout|collective operation timeout")
+# the GPU's total memory as torch's out-of-memory message states it
+TOTAL_MEMORY = re.compile(r"(\d+(?:\.\d+)?) ([MG]i?B) total capacity|total capaci?ty of (\d+(?:\.\d+)?) ([MG]i?B)")
+# torch's own HSA runtime or a wheel from the PyTorch index (which bundles it): what WSL cannot use
+BUNDLED_HSA = re.compile(r"libhsa-runtime64|download\.pytorch\.org/whl/(?:nightly/)?rocm")
+# the range check a device-side assert names
+ASSERT_CHECK = re.compile(r"Assertion [`'\"]?([^`'\"\n]{4,60}?)[`'\"]? failed")
 
 # what says which OS a log comes from (plain strings, looked for in the lower-cased text)
 WSL = ("wsl environment detected", "microsoft-standard-wsl", "wsl2", "wsl 2", "librocdxg", "/dev/dxg")
@@ -165,6 +177,7 @@ def read(text: str, found_ids: Sequence[str] = (), at: Sequence[int] = ()) -> Di
     xids = list(dict.fromkeys(XID.findall(text)))
     if xids:
         facts["xid"] = xids
+    facts.update(_run_facts(text))
     system = _os(lowered)
     if system:
         facts["os"] = system
@@ -192,3 +205,31 @@ def _backend(text: str, facts: Dict[str, Any], found_ids: Sequence[str]) -> Opti
     if {"hip-no-binary-for-gpu", "hip-error", "hsa-memory-access-fault", "miopen-error"} & set(found_ids):
         return "rocm"
     return None
+
+
+def _run_facts(text: str) -> Dict[str, Any]:
+    """How far a distributed run got (`collective_seq`: the highest collective number a watchdog or
+    NCCL names; `ranks_disagree`: the ranks timed out at different collectives; `progressed`: training
+    steps before the watchdog fired), the GPU's total
+    memory in MiB from an out-of-memory message, a bundled HSA runtime (`bundled_hsa`) and the
+    check a device-side assert names."""
+    facts: Dict[str, Any] = {}
+    seqs = [int(a or b) for a, b in COLLECTIVE_SEQ.findall(text)]
+    if seqs:
+        facts["collective_seq"] = max(seqs)
+        timed_out = {int(n) for n in re.findall(r"WorkNCCL\(SeqNum=(\d+)", text)}
+        if len(timed_out) > 1:
+            facts["ranks_disagree"] = True
+    watchdog = WATCHDOG.search(text)
+    if watchdog and PROGRESS.search(text, 0, watchdog.start()):
+        facts["progressed"] = True
+    total = TOTAL_MEMORY.search(text)
+    if total:
+        value, unit = (total.group(1), total.group(2)) if total.group(1) else (total.group(3), total.group(4))
+        facts["gpu_total_mib"] = round(float(value) * (1024 if unit.startswith("G") else 1))
+    if BUNDLED_HSA.search(text):
+        facts["bundled_hsa"] = True
+    check = ASSERT_CHECK.search(text)
+    if check:
+        facts["assert_check"] = check.group(1).strip()
+    return facts
