@@ -37,6 +37,7 @@ from rocmcheck.model import Status, Verdict
 DATA = Path(__file__).parent / "data"
 CORPUS = json.loads((DATA / "real_reports.json").read_text())["reports"]  # the tuning part
 HELDOUT = json.loads((DATA / "explain_heldout.json").read_text())["reports"]  # frozen: never tuned on
+LATER = json.loads((DATA / "explain_later.json").read_text())["reports"]  # collected after issue 41's tuning
 WRITTEN_FROM = [r for r in CORPUS if r.get("written_from")]  # the reports the first signatures were written from
 HELD_OUT_BELOW = 0xa0  # ~62% of the reports found for issue 35, >= 40% of the whole corpus
 # the classes issue 35 found explain missing: each needs two reports, one of them held out
@@ -44,6 +45,14 @@ MISSED_CLASSES = ("kernel-gpu-reset", "kernel-nvidia-xid", "kernel-iommu-fault",
                   "collective-hang", "driver-too-old", "arch-not-in-build", "hipblaslt-unsupported-arch",
                   "rocm-older-than-card", "arch-dropped", "windows-igpu-first", "zluda", "wsl-no-device", "miopen",
                   "app-arch-list", "nan-output", "hip-error")
+# the classes issue 41 found missing (fresh reports explain could not name): each has two reports, one held out
+ISSUE_41_CLASSES = ("nvidia-fabric-manager", "cuda-forward-compat", "cuda-init-unknown", "ptx-toolchain",
+                    "nvidia-kernel-module", "container-toolkit", "container-no-gpu", "container-render-group",
+                    "dataloader-shm", "wsl-libcuda", "wsl-bundled-hsa", "extension-abi", "cudnn-version",
+                    "cublas-mismatch", "miopen", "zluda", "arch-not-in-build", "gpu-too-old", "flash-attn-arch",
+                    "bf16-unsupported", "igpu-override", "override-not-in-service", "out-of-memory", "apu-memory",
+                    "collective-desync", "windows-no-nccl", "nccl-network", "nccl-memlock", "duplicate-gpu-rank",
+                    "pci-bar", "amdgpu-init-failed", "windows-dll", "windows-backend", "device-assert-user-data")
 
 
 def held_out(report) -> bool:
@@ -62,7 +71,7 @@ def answers():
 
 
 def test_the_corpus_is_real_reports_with_links_resolutions_and_classes():
-    reports = CORPUS + HELDOUT
+    reports = CORPUS + HELDOUT + LATER
     assert len(reports) >= 150
     assert len({r["url"] for r in reports}) == len(reports)
     for report in reports:
@@ -83,7 +92,7 @@ def test_the_split_follows_its_rule_and_holds_out_at_least_40_percent():
 
 def test_every_missed_class_has_two_reports_one_held_out_and_the_corpus_spans_vendors_and_systems():
     reports = CORPUS + HELDOUT
-    for cls in MISSED_CLASSES:
+    for cls in MISSED_CLASSES + ISSUE_41_CLASSES:
         assert sum(r["class"] == cls for r in reports) >= 2 and any(r["class"] == cls for r in HELDOUT), cls
     assert sum(r["class"] == "none" for r in reports) >= 25
     assert {"amd", "nvidia"} <= {r["gpu"] for r in HELDOUT}
@@ -154,6 +163,30 @@ def test_precision_and_recall_on_both_parts_and_no_log_without_a_gpu_issue_diagn
           f"no-GPU logs diagnosed {s['no_gpu_diagnosed']}/{s['no_gpu_logs']}")
     assert s["recall"] >= floor and s["precision"] >= floor, s
     assert s["no_gpu_diagnosed"] == 0 and s["wrong_confident"] == 0, s
+
+
+def test_the_later_part_was_collected_after_the_tuning_and_never_overlaps_it():
+    """Issue 41: the later part is new threads, none cited by the tuning or held-out parts; its
+    no-GPU logs are there so a figure on it also says how often explain cries wolf."""
+    assert not {r["url"] for r in LATER} & {r["url"] for r in CORPUS + HELDOUT}
+    assert len(LATER) >= 30 and sum(r["class"] == "none" for r in LATER) >= 3
+
+
+@pytest.mark.parametrize("part, reports, recall, precision, no_gpu_diagnosed", [
+    ("issue-41 tuning", [r for r in CORPUS if r.get("collected") == "issue-41"], 42 / 44, 42 / 42, 0),
+    ("issue-41 held out", [r for r in HELDOUT if r.get("collected") == "issue-41"], 57 / 62, 57 / 60, 0),
+    ("later", LATER, 21 / 28, 21 / 24, 2),
+])
+def test_each_part_of_issue_41_scores_at_least_what_was_measured(part, reports, recall, precision, no_gpu_diagnosed):
+    """Issue 41, measured when each part was frozen (before issue 41's knowledge the same explain
+    scored 5/44 and 4/62 on the first two). The later part was collected after the tuning and
+    never tuned on: its 21/28 (75%) is below the issue's 85%, and bitsandbytes' CPU-build warning
+    on two machines without a GPU problem is still diagnosed; the floors say that, not a wish."""
+    s = scores(reports)
+    print(f"\n{part}: recall {s['right']}/{s['gpu_failures']}, precision {s['right']}/{s['diagnosed']}, "
+          f"no-GPU logs diagnosed {s['no_gpu_diagnosed']}/{s['no_gpu_logs']}")
+    assert s["recall"] >= recall - 1e-9 and s["precision"] >= precision - 1e-9, s
+    assert s["no_gpu_diagnosed"] <= no_gpu_diagnosed and s["wrong_confident"] == 0, s
 
 
 def test_a_log_shows_its_lines_and_facts_and_nothing_recognised_is_exit_1(tmp_path, capsys):
@@ -695,3 +728,132 @@ def test_a_folder_an_empty_file_and_a_50_mb_log_are_bad_input_or_a_result(tmp_pa
     assert says in (out.err if code == 2 else out.out) and "Traceback" not in out.err
     if code == 2:
         assert out.err.count("\n") == 1
+
+
+# --- issue 41: the classes it added, reasoning from the log's own facts, its three misleads ----------
+
+
+@pytest.mark.parametrize("log, leading, says", [
+    ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 802: system not yet initialized",
+     "nvidia-fabric-manager", "nvidia-fabricmanager"),
+    ("RuntimeError: CUDA failed with error forward compatibility was attempted on non supported HW",
+     "cuda-forward-compat", "reboot"),
+    ("CUDA error 222 at ggml-cuda.cu:420: the provided PTX was compiled with an unsupported toolchain.",
+     "ptx-toolchain", "update the NVIDIA driver"),
+    ("cudaGetDeviceCount returned 30\n-> unknown error\nmodprobe: ERROR: could not insert 'nvidia_331_uvm'",
+     "cuda-init-unknown", "modprobe nvidia_uvm"),
+    ("kernel: NVRM: API mismatch: the client has the version 535.54.03, but\nNVRM: this kernel module has the version "
+     "530.30.02.", "nvidia-kernel-module", "reboot"),
+    ("docker: Error response from daemon: could not select device driver \"\" with capabilities: [[gpu]].",
+     "container-toolkit", "nvidia-ctk runtime configure"),
+    ("root@4728a09607c1:/opt/project# python3 test.py\nAssertionError: \nFound no NVIDIA driver on your system.",
+     "container-no-gpu", "--gpus all"),
+    ("ROCk module is loaded\nUnable to open /dev/kfd read-write: Permission denied", "container-render-group",
+     "keep-groups"),
+    ("RuntimeError: DataLoader worker (pid 47) is killed by signal: Bus error.", "dataloader-shm", "--shm-size"),
+    ("RuntimeError: Failed to dlopen libcuda.so", "wsl-libcuda", "/usr/lib/wsl/lib"),
+    ("WSL2\npip3 install torch --index-url https://download.pytorch.org/whl/rocm6.2\nRuntimeError: No HIP GPUs are "
+     "available", "wsl-bundled-hsa", "libhsa-runtime64"),
+    ("ImportError: /x/knn.so: undefined symbol: _ZN3c105ErrorC1ENS_14SourceLocationERKSs", "extension-abi",
+     "--no-build-isolation"),
+    ("RuntimeError: cuDNN version incompatibility: PyTorch was compiled  against (8, 7, 0) but found runtime version "
+     "(8, 2, 4).", "cudnn-version", "LD_LIBRARY_PATH"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_INVALID_VALUE when calling `cublasGemmEx( handle, opa, opb, m, n, k)`",
+     "cublas-mismatch", "nvidia-cublas"),
+    ("/tmp/comgr-92ff79/include/miopen_rocrand.hpp:45:10: fatal error: 'rocrand/rocrand_xorwow.h' file not found",
+     "miopen", "MIOPEN_FIND_MODE=2"),
+    ("Found GPU0 GeForce GTX 670M which is of cuda capability 2.1.\nPyTorch no longer supports this GPU because it is "
+     "too old.", "gpu-too-old", "sm_50"),
+    ("RuntimeError: FlashAttention only supports Ampere GPUs or newer.", "flash-attn-arch", "sdpa"),
+    ("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla V100-SXM2-32GB "
+     "GPU has compute capability 7.0.", "bf16-unsupported", "--dtype half"),
+    ("rocBLAS error: Cannot read /opt/rocm/lib/rocblas/library/TensileLibrary.dat: Illegal seek for GPU arch : gfx90c",
+     "igpu-override", "HSA_OVERRIDE_GFX_VERSION=9.0.0"),
+    ("Environment=\"HSA_OVERRIDE_GFX_VERSION=10.3.0\"\nlevel=WARN msg=\"amdgpu is not supported (supported types:"
+     "[gfx1030 gfx1100])\" gpu_type=gfx1031 gpu=0", "override-not-in-service", "daemon-reload"),
+    ("torch.cuda.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 MiB (GPU 0; 512.00 MiB total capacity; "
+     "150.39 MiB already allocated)", "apu-memory", "UMA frame buffer"),
+    ("RuntimeError: Distributed package doesn't have NCCL built in", "windows-no-nccl", "gloo"),
+    ("NCCL WARN Bootstrap : no socket interface found", "nccl-network", "NCCL_SOCKET_IFNAME"),
+    ("misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory", "nccl-memlock",
+     "memlock unlimited"),
+    ("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\nDuplicate GPU detected : rank 0 and "
+     "rank 1 both on CUDA device 2000", "duplicate-gpu-rank", "LOCAL_RANK"),
+    ("NVRM: This PCI I/O region assigned to your NVIDIA device is invalid:\nNVRM: BAR0 is 0M @ 0x0 (PCI:0000:01:00.0)",
+     "pci-bar", "pci=realloc"),
+    ("amdgpu 0000:23:00.0: Direct firmware load for amdgpu/arcturus_gpu_info.bin failed with error -2\n"
+     "amdgpu 0000:23:00.0: Fatal error during GPU init", "amdgpu-init-failed", "linux-firmware"),
+    ("OSError: [WinError 126] The specified module could not be found. Error loading \"C:\\venv\\torch\\lib\\c10.dll\" "
+     "or one of its dependencies.", "windows-dll", "Visual C++ Redistributable"),
+    ("RuntimeError: Torch is not able to use GPU; add --skip-torch-cuda-test to COMMANDLINE_ARGS variable",
+     "windows-backend", "--use-directml"),
+])
+def test_each_class_of_issue_41_is_recognised_and_advised_with_the_fix(log, leading, says):
+    result = explain(log)
+    assert [c["id"] for c in result["classes"]][:1] == [leading], [c["id"] for c in result["classes"]]
+    assert says in result["classes"][0]["advice"] and result["classes"][0]["collect"]
+
+
+def test_a_collective_timeout_after_earlier_collectives_is_ranks_out_of_step_not_iommu():
+    """Issue 41's confident mislead: a watchdog at the 19th collective, after training had
+    progressed, answered '[matches] rccl-hang: add iommu=pt' when the ranks had unequal data. A
+    timeout at the first collectives is still the P2P/IOMMU hang."""
+    log = ("Epoch 9, Rank 0, world_size 8: 35batch [00:03, 10.54batch/s]\n[E ProcessGroupNCCL.cpp:717] [Rank 4] Watchdog "
+           "caught collective operation timeout: WorkNCCL(SeqNum=19, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for "
+           "1803657 milliseconds before timing out.\n")
+    result = explain(log)
+    assert [c["id"] for c in result["classes"]] == ["collective-desync", "collective-hang"]
+    assert not any(i["confident"] for i in result["known_issues"])
+    assert any("whether the failure is collective-hang" in d for i in result["known_issues"] for d in i["decide"])
+    assert "DistributedSampler" in result["classes"][0]["advice"] and "iommu=pt is not the first" in \
+        result["classes"][0]["advice"]
+    first = explain("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
+                    "Timeout(ms)=600000) ran for 600004 milliseconds before timing out.\n")
+    assert first["classes"][0]["id"] == "collective-hang" and first["known_issues"][0]["id"] == "rccl-hang"
+    ranks = explain("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7559, OpType=_ALLGATHER_BASE)"
+                    "\n[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7561, OpType=_ALLGATHER_BASE)")
+    assert ranks["facts"]["ranks_disagree"] and ranks["classes"][0]["id"] == "collective-desync"
+
+
+def test_a_device_side_assert_on_an_index_check_is_the_users_data():
+    """Issue 41: a device-side assert naming a label/index range check was answered as a GPU failure."""
+    log = ("/pytorch/aten/src/THCUNN/ClassNLLCriterion.cu:108: cunn_ClassNLLCriterion_updateOutput_kernel: block: "
+           "[0,0,0], thread: [0,0,0] Assertion `t >= 0 && t < n_classes` failed.\nRuntimeError: CUDA error: "
+           "device-side assert triggered\n")
+    result = explain(log)
+    lead = result["classes"][0]
+    assert lead["id"] == "device-assert-user-data" and "'t >= 0 && t < n_classes'" in lead["advice"]
+    assert "not the GPU" in lead["advice"] and not any(i["confident"] for i in result["known_issues"])
+    generic = explain("RuntimeError: CUDA error: device-side assert triggered\n")  # no check named: not decided
+    assert [c["id"] for c in generic["classes"]] == ["cuda-error"]
+
+
+def test_an_oom_at_capacity_is_answered_with_what_fits_and_benign_warnings_are_not_diagnosed(tmp_path, capsys):
+    """Issue 41: an OOM with little reserved-but-unallocated memory is the job not fitting, so the
+    advice leads with the batch and checkpointing, not allocator settings; a library's fallback
+    notice is named benign and diagnoses nothing (exit 1: no failure recognised)."""
+    oom = explain("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacty "
+                  "of 8.00 GiB of which 0 bytes is free. Of the allocated memory 7.44 GiB is allocated by PyTorch, and "
+                  "3.16 MiB is reserved by PyTorch but unallocated.\n")
+    assert [c["id"] for c in oom["classes"]] == ["out-of-memory"] and oom["facts"]["gpu_total_mib"] == 8192
+    assert oom["classes"][0]["advice"].startswith("The job needs more GPU memory than is free (the GPU has 8.0 GiB")
+    assert oom["classes"][0]["advice"].index("gradient checkpointing") < oom["classes"][0]["advice"].index(
+        "expandable_segments")
+    log = tmp_path / "comfy.log"
+    log.write_text("ComfyUI\\comfy\\ldm\\modules\\attention.py:407: UserWarning: 1Torch was not compiled with flash "
+                   "attention.\nPrompt executed in 4.2 seconds\n")
+    assert main(["explain", str(log), "--elsewhere"]) == 1
+    out = capsys.readouterr().out
+    assert "Nothing recognised" in out and "Benign (no GPU failure; nothing to fix):" in out
+    assert "benign-no-flash-sdpa" in out and "Failure class" not in out
+
+
+def test_a_cuda_arch_list_is_read_as_the_cuda_release_the_build_was_made_with():
+    """Issue 41: a build whose list ends at sm_75 on an sm_86 card is a CUDA 10 build."""
+    result = explain("NVIDIA GeForce RTX 3060 with CUDA capability sm_86 is not compatible with the current PyTorch "
+                     "installation.\nThe current PyTorch install supports CUDA capabilities sm_37 sm_50 sm_60 sm_61 "
+                     "sm_70 sm_75 compute_37.\n")
+    assert any("its list ends at sm_75, a CUDA 10.x build; sm_86 needs CUDA 11.1 or newer" in c for c in result["checks"])
+    newer = explain("NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch "
+                    "installation.\nThe current PyTorch install supports CUDA capabilities sm_50 sm_60 sm_70 sm_80 sm_90.")
+    assert any("a CUDA 11.8-12.6 build; sm_120 needs CUDA 12.8 or newer" in c for c in newer["checks"])
