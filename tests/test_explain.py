@@ -31,7 +31,7 @@ from rocmcheck.host import hostgpu
 from rocmcheck.knowledge import known_issues
 from rocmcheck.knowledge.classes import CLASSES
 from rocmcheck.knowledge.explain import explain, recognise, stated_facts
-from rocmcheck.knowledge.signatures import KERNEL_SIGNATURES, SIGNATURES, could_match, signatures
+from rocmcheck.knowledge.signatures import KERNEL_SIGNATURES, SIGNATURES, could_match, signatures, text_bigrams
 from rocmcheck.model import Status, Verdict
 
 DATA = Path(__file__).parent / "data"
@@ -713,6 +713,19 @@ def test_the_quick_prefilter_never_skips_a_signature_that_matches():
         for sig in [*SIGNATURES, *KERNEL_SIGNATURES]:
             if sig.pattern.search(text):
                 assert could_match(sig.needles, text.lower()), (sig.id, report["url"])
+
+
+def test_the_byte_pair_gate_of_a_big_log_never_skips_a_signature_that_matches():
+    """A log of a MiB or more is first reduced to the byte pairs it holds (signatures.text_bigrams):
+    each pattern's own shortest match, planted in a MiB of training output, is still recognised,
+    and the gate rules out a needle whose pair is absent."""
+    filler = "step 1234/100000 | loss 2.3412 | lr 3.0e-04 | grad_norm 0.812 | 41.2 samples/s\n" * 14000
+    for sig in [*SIGNATURES, *KERNEL_SIGNATURES]:
+        example = _shortest(sre_parse.parse(sig.pattern.pattern))
+        text = filler + example + "\n"
+        assert could_match(sig.needles, text.lower(), text_bigrams(text.lower())), sig.id
+    assert text_bigrams("short") is None
+    assert not could_match(("zq",), (filler + "z q").lower(), text_bigrams((filler + "z q").lower()))
 
 
 @pytest.mark.parametrize("make, code, says", [

@@ -27,7 +27,7 @@ from ..errors import UsageError
 from ..host import hostgpu
 from ..redact import Redactor
 from . import classes, known_issues, logfacts
-from .signatures import KERNEL_SIGNATURES, SIGNATURES, could_match
+from .signatures import KERNEL_SIGNATURES, SIGNATURES, could_match, text_bigrams
 
 LINES_SHOWN = 3  # lines quoted per signature; the rest are counted
 LINE_CHARS = 240  # a quoted line is cut around its match (one-line megabyte logs exist)
@@ -106,9 +106,10 @@ def recognise(text: str) -> List[Dict[str, Any]]:
     (1-based) and where it was first seen (`at`, an offset)."""
     newlines = [m.start() for m in re.finditer("\n", text)]
     lowered = text.lower()
+    bigrams = text_bigrams(lowered)
     found = []
     for sig in [*SIGNATURES, *KERNEL_SIGNATURES]:
-        if not could_match(sig.needles, lowered):
+        if not could_match(sig.needles, lowered, bigrams):
             continue
         lines: List[Dict[str, Any]] = []
         count, last_line, first = 0, -1, -1
