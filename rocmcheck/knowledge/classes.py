@@ -79,8 +79,8 @@ def refine(leading: str, facts: Dict[str, Any]) -> Tuple[str, List[str]]:
         return leading, []
     if "wsl" in system and leading != "arch-not-in-build":
         if facts.get("bundled_hsa"):
-            return "wsl-bundled-hsa", ["the log comes from WSL and names torch's bundled HSA runtime or a PyTorch-index "
-                                       "ROCm wheel"]
+            return "wsl-bundled-hsa", ["the log comes from WSL and names torch's bundled HSA runtime or a "
+                                       "PyTorch-index ROCm wheel"]
         return "wsl-no-device", ["the log comes from WSL"]
     if facts.get("container") and leading == "no-gpu-visible":
         return "container-no-gpu", ["the log comes from a container"]
@@ -167,7 +167,8 @@ def fill(advice: str, facts: Dict[str, Any]) -> str:
         "override_said": f" (the log sets {facts['hsa_override']})" if facts.get("hsa_override") else "",
         "driver_cuda": f" (this one supports CUDA {facts['driver_cuda']})" if facts.get("driver_cuda") else "",
         "xid": " ".join(x + "." for x in xids) + (" " if xids else ""),
-        "gpu_total": f" (the GPU has {facts['gpu_total_mib'] / 1024:.1f} GiB in all)" if facts.get("gpu_total_mib") else "",
+        "gpu_total": (f" (the GPU has {facts['gpu_total_mib'] / 1024:.1f} GiB in all)" if facts.get("gpu_total_mib")
+                      else ""),
         "nccl_seq": f" #{facts['collective_seq']}" if facts.get("collective_seq") else " after training progressed",
         "assert_check": f"'{facts['assert_check']}'" if facts.get("assert_check") else "its range check",
         "igpu_override": GPUS["igpu_override"].get(arch or "", "the value for its family"),
