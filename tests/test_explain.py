@@ -52,7 +52,8 @@ ISSUE_41_CLASSES = ("nvidia-fabric-manager", "cuda-forward-compat", "cuda-init-u
                     "cublas-mismatch", "miopen", "zluda", "arch-not-in-build", "gpu-too-old", "flash-attn-arch",
                     "bf16-unsupported", "igpu-override", "override-not-in-service", "out-of-memory", "apu-memory",
                     "collective-desync", "windows-no-nccl", "nccl-network", "nccl-memlock", "duplicate-gpu-rank",
-                    "pci-bar", "amdgpu-init-failed", "windows-dll", "windows-backend", "device-assert-user-data")
+                    "pci-bar", "amdgpu-init-failed", "windows-dll", "windows-backend", "device-assert-user-data",
+                    "windows-distributed")
 
 
 def held_out(report) -> bool:
@@ -178,12 +179,17 @@ def test_the_later_part_was_collected_after_the_tuning_and_never_overlaps_it():
     ("issue-41 tuning", [r for r in CORPUS if r.get("collected") == "issue-41"], 42 / 44, 42 / 42, 0),
     ("issue-41 held out", [r for r in HELDOUT if r.get("collected") == "issue-41"], 57 / 62, 57 / 60, 0),
     ("later", LATER, 21 / 28, 21 / 24, 2),
+    ("round-2 tuning", [r for r in CORPUS if r.get("collected") == "issue-41-r2"], 13 / 14, 13 / 13, 0),
+    ("round-2 held out", [r for r in HELDOUT if r.get("collected") == "issue-41-r2"], 13 / 13, 13 / 13, 0),
 ])
 def test_each_part_of_issue_41_scores_at_least_what_was_measured(part, reports, recall, precision, no_gpu_diagnosed):
     """Issue 41, measured when each part was frozen (before issue 41's knowledge the same explain
     scored 5/44 and 4/62 on the first two). The later part was collected after the tuning and
     never tuned on: its 21/28 (75%) is below the issue's 85%, and bitsandbytes' CPU-build warning
-    on two machines without a GPU problem is still diagnosed; the floors say that, not a wish."""
+    on two machines without a GPU problem is still diagnosed; the floors say that, not a wish (round
+    2 generalised from the classes it missed, using new reports, and left its measured figure as it
+    was). Round 2's own reports, split by the same rule before its signatures: explain scored 3/14
+    and 1/13 on them (1 of 4 no-GPU logs diagnosed) before round 2."""
     s = scores(reports)
     print(f"\n{part}: recall {s['right']}/{s['gpu_failures']}, precision {s['right']}/{s['diagnosed']}, "
           f"no-GPU logs diagnosed {s['no_gpu_diagnosed']}/{s['no_gpu_logs']}")
@@ -874,3 +880,83 @@ def test_a_cuda_arch_list_is_read_as_the_cuda_release_the_build_was_made_with():
                     "installation.\nThe current PyTorch install supports CUDA capabilities sm_50 sm_60 sm_70 sm_80 "
                     "sm_90.")
     assert any("a CUDA 11.8-12.6 build; sm_120 needs CUDA 12.8 or newer" in c for c in newer["checks"])
+
+
+# --- issue 41, round 2: the classes the later part missed, generalised from new reports -------------
+
+
+@pytest.mark.parametrize("log, leading, says", [
+    ("    raise RuntimeError('Current CUDA Device does not support bfloat16. Please switch dtype to float16.')",
+     "bf16-unsupported", "float16"),
+    ("ValueError: Your setup doesn't support bf16/gpu. You need torch>=1.10, using Ampere GPU with cuda>=11.0",
+     "bf16-unsupported", "--fp16"),
+    ("E tensorflow/stream_executor/cuda/cuda_dnn.cc:319] Loaded runtime CuDNN library: 7.4.1 but source was compiled "
+     "with: 7.6.4.  CuDNN library major and minor version needs to match", "cudnn-version", "cuDNN"),
+    ("E tensorflow/stream_executor/cuda/cuda_dnn.cc:347] Loaded runtime CuDNN library: 5103 (compatibility version "
+     "5100) but source was compiled with 5005 (compatibility version 5000).", "cudnn-version", "cuDNN"),
+    ("FAIL : Failed to load library libonnxruntime_providers_cuda.so with error: libcudnn.so.8: cannot open shared "
+     "object file: No such file or directory", "cudnn-version", "cuDNN"),
+    ("File \"C:\\py\\Lib\\site-packages\\torch\\distributed\\rendezvous.py\", line 189, in _create_c10d_store\n"
+     "RuntimeError: use_libuv was requested but PyTorch was build without libuv support", "windows-distributed",
+     "USE_LIBUV=0"),
+    ("enqueue.cc:58 NCCL WARN Cuda failure 'named symbol not found'", "nccl-too-old", "NVCC_GENCODE"),
+])
+def test_each_class_of_round_2_is_recognised_in_its_other_wordings(log, leading, says):
+    """Round 2 of issue 41: the wordings of torch autocast, transformers, TensorFlow/XLA, ONNX Runtime
+    and torch's Windows build that the later part showed unrecognised."""
+    result = explain(log)
+    assert [c["id"] for c in result["classes"]][:1] == [leading], [c["id"] for c in result["classes"]]
+    assert says in result["classes"][0]["advice"] and result["classes"][0]["collect"]
+
+
+def test_an_nccl_older_than_the_card_is_named_from_the_versions_the_log_states():
+    """NCCL 2.15 added H100: a log naming an H100 and NCCL 2.14.3 with an NCCL failure is that, and
+    the same log with NCCL 2.18.5 is not."""
+    log = ("NVIDIA H100 80GB HBM3\nNCCL version {v}+cuda11.8\ntorch.distributed.DistBackendError: NCCL error in: "
+           "ProcessGroupNCCL.cpp:1275, unhandled system error, NCCL version {v}\n")
+    old, new = explain(log.format(v="2.14.3")), explain(log.format(v="2.18.5"))
+    assert old["facts"]["nccl"] == "2.14.3" and old["classes"][0]["id"] == "nccl-too-old"
+    assert "NCCL 2.14.3; sm_90 needs NCCL 2.15" in " ".join(old["classes"][0]["why"])
+    assert new["classes"][0]["id"] != "nccl-too-old"
+
+
+@pytest.mark.parametrize("before", [
+    "Running evaluation on rank 0\n",
+    "Saving model checkpoint to output/checkpoint-500\n",
+    "[rank1]: Traceback (most recent call last):\n[rank1]: RuntimeError: CUDA error: an illegal memory access\n",
+])
+def test_a_collective_timeout_with_a_rank_elsewhere_is_ranks_out_of_step_and_iommu_only_possible(before):
+    """The later part's confident mislead: rank 0 evaluating while the others wait at the next
+    collective was answered '[matches] rccl-hang'. A rank evaluating, saving or raising before the
+    watchdog is ranks out of step; a bare early timeout stays the P2P/IOMMU hang, and even then the
+    watchdog alone makes no known issue confident: the answer says what decides."""
+    watchdog = ("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=BROADCAST, "
+                "Timeout(ms)=600000) ran for 600038 milliseconds before timing out.\n")
+    result = explain(before + watchdog)
+    assert [c["id"] for c in result["classes"]][:2] == ["collective-desync", "collective-hang"]
+    assert not any(i["confident"] for i in result["known_issues"])
+    bare = explain(watchdog)
+    assert bare["classes"][0]["id"] == "collective-hang" and bare["known_issues"][0]["id"] == "rccl-hang"
+    assert not bare["known_issues"][0]["confident"] and "iommu=pt" in bare["classes"][0]["advice"]
+    assert any("other ranks' logs decide" in c for c in bare["classes"][0]["cannot_tell"])
+    warned = explain('NCCL WARN Missing "iommu=pt" from kernel command line which can lead to system instablity or '
+                     'hang!\n' + watchdog)
+    assert warned["known_issues"][0]["id"] == "rccl-hang" and warned["known_issues"][0]["confident"]
+
+
+def test_a_cpu_build_notice_is_benign_unless_the_run_wants_the_gpu_library():
+    """bitsandbytes' 'compiled without GPU support' and TensorFlow's missing cudart are printed on
+    machines where nothing fails (no GPU, or Windows): named benign, never diagnosed. With a GPU
+    8-bit load or optimizer in the log, or the CPU library failing a GPU call, it is the failure."""
+    notice = ("UserWarning: The installed version of bitsandbytes was compiled without GPU support. 8-bit optimizers, "
+              "8-bit multiplication, and GPU quantization are unavailable.\n")
+    tf = ("W tensorflow/stream_executor/platform/default/dso_loader.cc:64] Could not load dynamic library "
+          "'cudart64_110.dll'; dlerror: cudart64_110.dll not found\nI tensorflow/stream_executor/cuda/cudart_stub.cc"
+          ":29] Ignore above cudart dlerror if you do not have a GPU set up on your machine.\n")
+    for log, benign in ((notice, "benign-bitsandbytes-cpu"), (tf, "benign-tf-no-cudart")):
+        result = explain(log)
+        assert not result["classes"] and not result["known_issues"], log
+        assert [b["id"] for b in result["benign"]] == [benign]
+    for failing in ("model = AutoModelForCausalLM.from_pretrained(name, load_in_8bit=True)\n",
+                    "'NoneType' object has no attribute 'cadam32bit_grad_fp32'\n"):
+        assert explain(notice + failing)["classes"][0]["id"] == "bitsandbytes", failing

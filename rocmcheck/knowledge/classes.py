@@ -30,6 +30,8 @@ FAMILY_OVERRIDES = {"gfx103": "10.3.0", "gfx110": "11.0.0"}
 # a watchdog at or past this collective: earlier ones completed, so the GPUs could talk (NCCL/RCCL
 # P2P or IOMMU faults stop the first collectives; DDP's setup issues a handful)
 PROGRESSED_SEQ = 20
+# classes of an NCCL failure that an NCCL older than the card explains
+NCCL_FAILURES = ("collective-hang", "nccl-shm", "nccl-network", "duplicate-gpu-rank", "cuda-error")
 # an out-of-memory on ROCm with at most this much GPU memory is an APU's carve-out (512 MB by default)
 CARVE_OUT_MIB = 1024
 
@@ -66,8 +68,12 @@ def refine(leading: str, facts: Dict[str, Any]) -> Tuple[str, List[str]]:
     if facts.get("backend") == "zluda":
         return "zluda", ["the log runs under ZLUDA (a CUDA build on an AMD GPU)"]
     if leading == "collective-hang" and (facts.get("ranks_disagree") or facts.get("progressed") or
+                                         facts.get("rank_elsewhere") or facts.get("rank_raised") or
                                          facts.get("collective_seq", 0) >= PROGRESSED_SEQ):
         return "collective-desync", [_desync_evidence(facts)]
+    too_old = _nccl_too_old(facts)
+    if too_old and leading in NCCL_FAILURES:
+        return "nccl-too-old", [too_old]
     if leading == "out-of-memory" and (facts.get("integrated") or (
             facts.get("backend") == "rocm" and facts.get("gpu_total_mib", CARVE_OUT_MIB + 1) <= CARVE_OUT_MIB)):
         return "apu-memory", [f"the GPU is an APU ({arch})" if facts.get("integrated") else
@@ -104,7 +110,20 @@ def _desync_evidence(facts: Dict[str, Any]) -> str:
         return "the ranks timed out at different collectives"
     if facts.get("collective_seq", 0) >= PROGRESSED_SEQ:
         return f"the timeout is at collective #{facts['collective_seq']}: earlier ones completed"
+    if facts.get("rank_raised"):
+        return "a rank raised an error before the timeout: the others waited for it at the next collective"
+    if facts.get("rank_elsewhere"):
+        return "the log has a rank evaluating, validating or saving: the others wait at the next collective meanwhile"
     return "training made progress before the timeout: earlier collectives completed"
+
+
+def _nccl_too_old(facts: Dict[str, Any]) -> Optional[str]:
+    """Why the NCCL the log states is older than its card needs (data/gpus.json's nccl_min), or None."""
+    arch, nccl = facts.get("arch", ""), facts.get("nccl")
+    needs = GPUS["nccl_min"].get(arch)
+    if not (nccl and needs and older(nccl, needs)):
+        return None
+    return f"the log has NCCL {nccl}; {arch} needs NCCL {needs} or newer"
 
 
 def _igpu_picked(arch: str, facts: Dict[str, Any]) -> bool:

@@ -49,6 +49,12 @@ COLLECTIVE_SEQ = re.compile(r"SeqNum=(\d+)|last completed NCCL work: (\d+)")
 # collective timeout it means the earlier collectives completed
 PROGRESS = re.compile(r"\b[1-9]\d*/\d+ \[\d|[Ee]poch:? ?[1-9]|\b[Ss]tep:? ?[1-9]\d*\b|'loss': |max_epochs\S* reached")
 WATCHDOG = re.compile(r"Watchdog caught collective operation timeout|collective operation timeout")
+# a rank doing other work around a collective timeout (evaluating, validating, saving, predicting on one rank):
+# the others wait at the next collective until the watchdog fires
+ELSEWHERE = re.compile(r"[Ee]valuat(?:ing|ion)\b|[Vv]alidat(?:ing|ion)\b|[Ss]aving (?:the )?(?:model|checkpoint)|"
+                       r"[Rr]unning predictions|\bon rank ?=? ?0\b|rank 0 only|评估|验证")
+# a rank that raised before the watchdog fired: the others wait for it at the next collective
+RANK_RAISED = re.compile(r"\[rank\d+\]: (?:Traceback|\w+Error\b)|CUDA out of memory|HIP out of memory")
 # the GPU's total memory as torch's out-of-memory message states it
 TOTAL_MEMORY = re.compile(r"(\d+(?:\.\d+)?) ([MG]i?B) total capacity|total capaci?ty of (\d+(?:\.\d+)?) ([MG]i?B)")
 # torch's own HSA runtime or a wheel from the PyTorch index (which bundles it): what WSL cannot use
@@ -160,7 +166,7 @@ def read(text: str, found_ids: Sequence[str] = (), at: Sequence[int] = ()) -> Di
         facts["gpu"] = names[0][0]
     if arch in INTEGRATED:
         facts["integrated"] = True
-    for key in ("torch", "rocm", "hip", "cuda", "hsa_override", "driver", "driver_cuda", "python"):
+    for key in ("torch", "rocm", "hip", "cuda", "hsa_override", "driver", "driver_cuda", "python", "nccl"):
         value = _most_common(text, lowered, key)
         if value:
             facts[key] = value
@@ -210,7 +216,8 @@ def _backend(text: str, facts: Dict[str, Any], found_ids: Sequence[str]) -> Opti
 def _run_facts(text: str) -> Dict[str, Any]:
     """How far a distributed run got (`collective_seq`: the highest collective number a watchdog or
     NCCL names; `ranks_disagree`: the ranks timed out at different collectives; `progressed`: training
-    steps before the watchdog fired), the GPU's total
+    steps before the watchdog fired; `rank_elsewhere`: the log says a rank was evaluating, validating or saving;
+    `rank_raised`: a rank raised an error before the watchdog fired), the GPU's total
     memory in MiB from an out-of-memory message, a bundled HSA runtime (`bundled_hsa`) and the
     check a device-side assert names."""
     facts: Dict[str, Any] = {}
@@ -223,6 +230,10 @@ def _run_facts(text: str) -> Dict[str, Any]:
     watchdog = WATCHDOG.search(text)
     if watchdog and PROGRESS.search(text, 0, watchdog.start()):
         facts["progressed"] = True
+    if watchdog and ELSEWHERE.search(text):
+        facts["rank_elsewhere"] = True
+    if watchdog and RANK_RAISED.search(text, 0, watchdog.start()):
+        facts["rank_raised"] = True
     total = TOTAL_MEMORY.search(text)
     if total:
         value, unit = (total.group(1), total.group(2)) if total.group(1) else (total.group(3), total.group(4))
