@@ -5,7 +5,13 @@ Run: python -m pytest benchmarks/bench_explain.py --benchmark-columns=min,median
 A training log of 1 MiB and one of 4 MiB (progress lines, a NCCL watchdog line and a
 hipErrorNoBinaryForGpu near the end), and a 1 MiB log that is a single line. Bar: the
 4 MiB log costs about 4x the 1 MiB one (linear, no line-by-line regex blow-up), and 1 MiB
-stays well under a second on the project's 2-core machine.
+stays well under a second on the project's 2-core machine. A log of a MiB or more is first
+reduced to the byte pairs it holds (numpy), so most of the ~190 signature needles are ruled out
+without a scan of the text (issue 41 added 33 signatures; measured on the 2-core machine, same
+run: 1 MiB 148 -> 116 ms, 4 MiB 382 -> 242 ms, one-line MiB 103 -> 73 ms, min of 5 rounds).
+Round 2 of issue 41 (8 signatures, facts about a rank elsewhere) kept that cost: on the same
+machine under a load average of ~12, CPU time (process_time), min of 9, rounds interleaved with
+6042f96: 1 MiB 77-83 -> 80 ms, 4 MiB 168-181 -> 168-174 ms, one-line MiB 53-69 -> 53 ms.
 """
 from __future__ import annotations
 

@@ -31,12 +31,14 @@ from rocmcheck.host import hostgpu
 from rocmcheck.knowledge import known_issues
 from rocmcheck.knowledge.classes import CLASSES
 from rocmcheck.knowledge.explain import explain, recognise, stated_facts
-from rocmcheck.knowledge.signatures import KERNEL_SIGNATURES, SIGNATURES, could_match, signatures
+from rocmcheck.knowledge.signatures import KERNEL_SIGNATURES, SIGNATURES, could_match, signatures, text_bigrams
 from rocmcheck.model import Status, Verdict
 
 DATA = Path(__file__).parent / "data"
 CORPUS = json.loads((DATA / "real_reports.json").read_text())["reports"]  # the tuning part
 HELDOUT = json.loads((DATA / "explain_heldout.json").read_text())["reports"]  # frozen: never tuned on
+LATER = json.loads((DATA / "explain_later.json").read_text())["reports"]  # collected after issue 41's tuning
+LATER2 = json.loads((DATA / "explain_later2.json").read_text())["reports"]  # collected after round 2's tuning (148e884)
 WRITTEN_FROM = [r for r in CORPUS if r.get("written_from")]  # the reports the first signatures were written from
 HELD_OUT_BELOW = 0xa0  # ~62% of the reports found for issue 35, >= 40% of the whole corpus
 # the classes issue 35 found explain missing: each needs two reports, one of them held out
@@ -44,6 +46,15 @@ MISSED_CLASSES = ("kernel-gpu-reset", "kernel-nvidia-xid", "kernel-iommu-fault",
                   "collective-hang", "driver-too-old", "arch-not-in-build", "hipblaslt-unsupported-arch",
                   "rocm-older-than-card", "arch-dropped", "windows-igpu-first", "zluda", "wsl-no-device", "miopen",
                   "app-arch-list", "nan-output", "hip-error")
+# the classes issue 41 found missing (fresh reports explain could not name): each has two reports, one held out
+ISSUE_41_CLASSES = ("nvidia-fabric-manager", "cuda-forward-compat", "cuda-init-unknown", "ptx-toolchain",
+                    "nvidia-kernel-module", "container-toolkit", "container-no-gpu", "container-render-group",
+                    "dataloader-shm", "wsl-libcuda", "wsl-bundled-hsa", "extension-abi", "cudnn-version",
+                    "cublas-mismatch", "miopen", "zluda", "arch-not-in-build", "gpu-too-old", "flash-attn-arch",
+                    "bf16-unsupported", "igpu-override", "override-not-in-service", "out-of-memory", "apu-memory",
+                    "collective-desync", "windows-no-nccl", "nccl-network", "nccl-memlock", "duplicate-gpu-rank",
+                    "pci-bar", "amdgpu-init-failed", "windows-dll", "windows-backend", "device-assert-user-data",
+                    "windows-distributed")
 
 
 def held_out(report) -> bool:
@@ -62,7 +73,7 @@ def answers():
 
 
 def test_the_corpus_is_real_reports_with_links_resolutions_and_classes():
-    reports = CORPUS + HELDOUT
+    reports = CORPUS + HELDOUT + LATER + LATER2
     assert len(reports) >= 150
     assert len({r["url"] for r in reports}) == len(reports)
     for report in reports:
@@ -83,7 +94,7 @@ def test_the_split_follows_its_rule_and_holds_out_at_least_40_percent():
 
 def test_every_missed_class_has_two_reports_one_held_out_and_the_corpus_spans_vendors_and_systems():
     reports = CORPUS + HELDOUT
-    for cls in MISSED_CLASSES:
+    for cls in MISSED_CLASSES + ISSUE_41_CLASSES:
         assert sum(r["class"] == cls for r in reports) >= 2 and any(r["class"] == cls for r in HELDOUT), cls
     assert sum(r["class"] == "none" for r in reports) >= 25
     assert {"amd", "nvidia"} <= {r["gpu"] for r in HELDOUT}
@@ -147,13 +158,55 @@ def test_precision_and_recall_on_both_parts_and_no_log_without_a_gpu_issue_diagn
     """Issue 35: the held-out part is the measure (never read while writing signatures); its
     floor is the issue's, 85% of its GPU failures answered with the right known issue or class.
     Measured when the floors were set: tuning 103/109 (precision 103/108), held-out 68/78
-    (precision 68/75); before issue 35 the same explain scored 54/109 and 9/78."""
+    (precision 68/75); before issue 35 the same explain scored 54/109 and 9/78. With issue 41's
+    reports added to both parts: tuning 146/153 (precision 146/150), held-out 126/140 (precision
+    126/136); the explain of 56c2b48 scored 108/153 and 72/140 on them. With round 2's reports:
+    tuning 158/167 (precision 158/162; bitsandbytes#372, a lone CPU-build notice, is now called
+    benign), held out 139/153 (precision 139/149)."""
     s = scores(reports)
     print(f"\n{part}: recall {s['right']}/{s['gpu_failures']} = {s['recall']:.2f}, precision {s['right']}/"
           f"{s['diagnosed']} = {s['precision']:.2f}, wrong with confidence {s['wrong_confident']}, "
           f"no-GPU logs diagnosed {s['no_gpu_diagnosed']}/{s['no_gpu_logs']}")
     assert s["recall"] >= floor and s["precision"] >= floor, s
     assert s["no_gpu_diagnosed"] == 0 and s["wrong_confident"] == 0, s
+
+
+def test_the_later_parts_were_collected_after_the_tuning_and_never_overlap_it():
+    """Issue 41: each later part is new threads, none cited by the tuning or held-out parts or by
+    the other later part (the second one: none cited anywhere in the knowledge base either); their
+    no-GPU logs are there so a figure on them also says how often explain cries wolf."""
+    assert not {r["url"] for r in LATER} & {r["url"] for r in CORPUS + HELDOUT}
+    assert len(LATER) >= 30 and sum(r["class"] == "none" for r in LATER) >= 3
+    cited = {link for path in Path(known_issues.__file__).parent.glob("data/**/*.json")
+             for link in re.findall(r"https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/\d+", path.read_text())}
+    assert not {r["url"] for r in LATER2} & ({r["url"] for r in CORPUS + HELDOUT + LATER} | cited)
+    assert len(LATER2) >= 40 and sum(r["class"] == "none" for r in LATER2) >= 5
+    assert {"amd", "nvidia"} <= {r["gpu"] for r in LATER2} and {"linux", "windows"} <= {r["os"] for r in LATER2}
+
+
+@pytest.mark.parametrize("part, reports, recall, precision, no_gpu_diagnosed", [
+    ("issue-41 tuning", [r for r in CORPUS if r.get("collected") == "issue-41"], 42 / 44, 42 / 42, 0),
+    ("issue-41 held out", [r for r in HELDOUT if r.get("collected") == "issue-41"], 57 / 62, 57 / 60, 0),
+    ("later", LATER, 21 / 28, 21 / 24, 2),
+    ("round-2 tuning", [r for r in CORPUS if r.get("collected") == "issue-41-r2"], 13 / 14, 13 / 13, 0),
+    ("round-2 held out", [r for r in HELDOUT if r.get("collected") == "issue-41-r2"], 13 / 13, 13 / 13, 0),
+    ("second later", LATER2, 35 / 37, 35 / 36, 0),
+])
+def test_each_part_of_issue_41_scores_at_least_what_was_measured(part, reports, recall, precision, no_gpu_diagnosed):
+    """Issue 41, measured when each part was frozen (before issue 41's knowledge the same explain
+    scored 5/44 and 4/62 on the first two). The later part was collected after the tuning and
+    never tuned on: its 21/28 (75%) is below the issue's 85%, and bitsandbytes' CPU-build warning
+    on two machines without a GPU problem is still diagnosed; the floors say that, not a wish (round
+    2 generalised from the classes it missed, using new reports, and left its measured figure as it
+    was). Round 2's own reports, split by the same rule before its signatures: explain scored 3/14
+    and 1/13 on them (1 of 4 no-GPU logs diagnosed) before round 2. The second later part was
+    collected after round 2's tuning was frozen (148e884) and measured once: 35/37 (95%),
+    precision 35/36, none of its 5 no-GPU logs diagnosed, no wrong confident answer."""
+    s = scores(reports)
+    print(f"\n{part}: recall {s['right']}/{s['gpu_failures']}, precision {s['right']}/{s['diagnosed']}, "
+          f"no-GPU logs diagnosed {s['no_gpu_diagnosed']}/{s['no_gpu_logs']}")
+    assert s["recall"] >= recall - 1e-9 and s["precision"] >= precision - 1e-9, s
+    assert s["no_gpu_diagnosed"] <= no_gpu_diagnosed and s["wrong_confident"] == 0, s
 
 
 def test_a_log_shows_its_lines_and_facts_and_nothing_recognised_is_exit_1(tmp_path, capsys):
@@ -682,6 +735,19 @@ def test_the_quick_prefilter_never_skips_a_signature_that_matches():
                 assert could_match(sig.needles, text.lower()), (sig.id, report["url"])
 
 
+def test_the_byte_pair_gate_of_a_big_log_never_skips_a_signature_that_matches():
+    """A log of a MiB or more is first reduced to the byte pairs it holds (signatures.text_bigrams):
+    each pattern's own shortest match, planted in a MiB of training output, is still recognised,
+    and the gate rules out a needle whose pair is absent."""
+    filler = "step 1234/100000 | loss 2.3412 | lr 3.0e-04 | grad_norm 0.812 | 41.2 samples/s\n" * 14000
+    for sig in [*SIGNATURES, *KERNEL_SIGNATURES]:
+        example = _shortest(sre_parse.parse(sig.pattern.pattern))
+        text = filler + example + "\n"
+        assert could_match(sig.needles, text.lower(), text_bigrams(text.lower())), sig.id
+    assert text_bigrams("short") is None
+    assert not could_match(("zq",), (filler + "z q").lower(), text_bigrams((filler + "z q").lower()))
+
+
 @pytest.mark.parametrize("make, code, says", [
     (lambda p: p.mkdir(), 2, "cannot read the log"),
     (lambda p: p.write_bytes(b""), 2, "is empty"),
@@ -695,3 +761,214 @@ def test_a_folder_an_empty_file_and_a_50_mb_log_are_bad_input_or_a_result(tmp_pa
     assert says in (out.err if code == 2 else out.out) and "Traceback" not in out.err
     if code == 2:
         assert out.err.count("\n") == 1
+
+
+# --- issue 41: the classes it added, reasoning from the log's own facts, its three misleads ----------
+
+
+@pytest.mark.parametrize("log, leading, says", [
+    ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 802: system not yet initialized",
+     "nvidia-fabric-manager", "nvidia-fabricmanager"),
+    ("RuntimeError: CUDA failed with error forward compatibility was attempted on non supported HW",
+     "cuda-forward-compat", "reboot"),
+    ("CUDA error 222 at ggml-cuda.cu:420: the provided PTX was compiled with an unsupported toolchain.",
+     "ptx-toolchain", "update the NVIDIA driver"),
+    ("cudaGetDeviceCount returned 30\n-> unknown error\nmodprobe: ERROR: could not insert 'nvidia_331_uvm'",
+     "cuda-init-unknown", "modprobe nvidia_uvm"),
+    ("kernel: NVRM: API mismatch: the client has the version 535.54.03, but\nNVRM: this kernel module has the version "
+     "530.30.02.", "nvidia-kernel-module", "reboot"),
+    ("docker: Error response from daemon: could not select device driver \"\" with capabilities: [[gpu]].",
+     "container-toolkit", "nvidia-ctk runtime configure"),
+    ("root@4728a09607c1:/opt/project# python3 test.py\nAssertionError: \nFound no NVIDIA driver on your system.",
+     "container-no-gpu", "--gpus all"),
+    ("ROCk module is loaded\nUnable to open /dev/kfd read-write: Permission denied", "container-render-group",
+     "keep-groups"),
+    ("RuntimeError: DataLoader worker (pid 47) is killed by signal: Bus error.", "dataloader-shm", "--shm-size"),
+    ("RuntimeError: Failed to dlopen libcuda.so", "wsl-libcuda", "/usr/lib/wsl/lib"),
+    ("WSL2\npip3 install torch --index-url https://download.pytorch.org/whl/rocm6.2\nRuntimeError: No HIP GPUs are "
+     "available", "wsl-bundled-hsa", "libhsa-runtime64"),
+    ("ImportError: /x/knn.so: undefined symbol: _ZN3c105ErrorC1ENS_14SourceLocationERKSs", "extension-abi",
+     "--no-build-isolation"),
+    ("RuntimeError: cuDNN version incompatibility: PyTorch was compiled  against (8, 7, 0) but found runtime version "
+     "(8, 2, 4).", "cudnn-version", "LD_LIBRARY_PATH"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_INVALID_VALUE when calling `cublasGemmEx( handle, opa, opb, m, n, k)`",
+     "cublas-mismatch", "nvidia-cublas"),
+    ("/tmp/comgr-92ff79/include/miopen_rocrand.hpp:45:10: fatal error: 'rocrand/rocrand_xorwow.h' file not found",
+     "miopen", "MIOPEN_FIND_MODE=2"),
+    ("Found GPU0 GeForce GTX 670M which is of cuda capability 2.1.\nPyTorch no longer supports this GPU because it is "
+     "too old.", "gpu-too-old", "sm_50"),
+    ("RuntimeError: FlashAttention only supports Ampere GPUs or newer.", "flash-attn-arch", "sdpa"),
+    ("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla "
+     "V100-SXM2-32GB GPU has compute capability 7.0.", "bf16-unsupported", "--dtype half"),
+    ("rocBLAS error: Cannot read /opt/rocm/lib/rocblas/library/TensileLibrary.dat: Illegal seek for GPU arch : gfx90c",
+     "igpu-override", "HSA_OVERRIDE_GFX_VERSION=9.0.0"),
+    ("Environment=\"HSA_OVERRIDE_GFX_VERSION=10.3.0\"\nlevel=WARN msg=\"amdgpu is not supported (supported types:"
+     "[gfx1030 gfx1100])\" gpu_type=gfx1031 gpu=0", "override-not-in-service", "daemon-reload"),
+    ("torch.cuda.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 MiB (GPU 0; 512.00 MiB total capacity; "
+     "150.39 MiB already allocated)", "apu-memory", "UMA frame buffer"),
+    ("RuntimeError: Distributed package doesn't have NCCL built in", "windows-no-nccl", "gloo"),
+    ("NCCL WARN Bootstrap : no socket interface found", "nccl-network", "NCCL_SOCKET_IFNAME"),
+    ("misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory", "nccl-memlock",
+     "memlock unlimited"),
+    ("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\nDuplicate GPU detected : rank 0 and "
+     "rank 1 both on CUDA device 2000", "duplicate-gpu-rank", "LOCAL_RANK"),
+    ("NVRM: This PCI I/O region assigned to your NVIDIA device is invalid:\nNVRM: BAR0 is 0M @ 0x0 (PCI:0000:01:00.0)",
+     "pci-bar", "pci=realloc"),
+    ("amdgpu 0000:23:00.0: Direct firmware load for amdgpu/arcturus_gpu_info.bin failed with error -2\n"
+     "amdgpu 0000:23:00.0: Fatal error during GPU init", "amdgpu-init-failed", "linux-firmware"),
+    ("OSError: [WinError 126] The specified module could not be found. Error loading \"C:\\venv\\torch\\lib\\c10.dll\" "
+     "or one of its dependencies.", "windows-dll", "Visual C++ Redistributable"),
+    ("RuntimeError: Torch is not able to use GPU; add --skip-torch-cuda-test to COMMANDLINE_ARGS variable",
+     "windows-backend", "--use-directml"),
+])
+def test_each_class_of_issue_41_is_recognised_and_advised_with_the_fix(log, leading, says):
+    result = explain(log)
+    assert [c["id"] for c in result["classes"]][:1] == [leading], [c["id"] for c in result["classes"]]
+    assert says in result["classes"][0]["advice"] and result["classes"][0]["collect"]
+
+
+def test_a_collective_timeout_after_earlier_collectives_is_ranks_out_of_step_not_iommu():
+    """Issue 41's confident mislead: a watchdog at the 19th collective, after training had
+    progressed, answered '[matches] rccl-hang: add iommu=pt' when the ranks had unequal data. A
+    timeout at the first collectives is still the P2P/IOMMU hang."""
+    log = ("Epoch 9, Rank 0, world_size 8: 35batch [00:03, 10.54batch/s]\n[E ProcessGroupNCCL.cpp:717] [Rank 4] "
+           "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=19, OpType=ALLREDUCE, Timeout(ms)=1800000) "
+           "ran for 1803657 milliseconds before timing out.\n")
+    result = explain(log)
+    assert [c["id"] for c in result["classes"]] == ["collective-desync", "collective-hang"]
+    assert not any(i["confident"] for i in result["known_issues"])
+    assert any("whether the failure is collective-hang" in d for i in result["known_issues"] for d in i["decide"])
+    assert "DistributedSampler" in result["classes"][0]["advice"] and "iommu=pt is not the first" in \
+        result["classes"][0]["advice"]
+    first = explain("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
+                    "Timeout(ms)=600000) ran for 600004 milliseconds before timing out.\n")
+    assert first["classes"][0]["id"] == "collective-hang" and first["known_issues"][0]["id"] == "rccl-hang"
+    ranks = explain("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7559, OpType=ALLGATHER)\n"
+                    "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7561, OpType=ALLGATHER)")
+    assert ranks["facts"]["ranks_disagree"] and ranks["classes"][0]["id"] == "collective-desync"
+
+
+def test_a_device_side_assert_on_an_index_check_is_the_users_data():
+    """Issue 41: a device-side assert naming a label/index range check was answered as a GPU failure."""
+    log = ("/pytorch/aten/src/THCUNN/ClassNLLCriterion.cu:108: cunn_ClassNLLCriterion_updateOutput_kernel: block: "
+           "[0,0,0], thread: [0,0,0] Assertion `t >= 0 && t < n_classes` failed.\nRuntimeError: CUDA error: "
+           "device-side assert triggered\n")
+    result = explain(log)
+    lead = result["classes"][0]
+    assert lead["id"] == "device-assert-user-data" and "'t >= 0 && t < n_classes'" in lead["advice"]
+    assert "not the GPU" in lead["advice"] and not any(i["confident"] for i in result["known_issues"])
+    generic = explain("RuntimeError: CUDA error: device-side assert triggered\n")  # no check named: not decided
+    assert [c["id"] for c in generic["classes"]] == ["cuda-error"]
+
+
+def test_an_oom_at_capacity_is_answered_with_what_fits_and_benign_warnings_are_not_diagnosed(tmp_path, capsys):
+    """Issue 41: an OOM with little reserved-but-unallocated memory is the job not fitting, so the
+    advice leads with the batch and checkpointing, not allocator settings; a library's fallback
+    notice is named benign and diagnoses nothing (exit 1: no failure recognised)."""
+    oom = explain("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacty "
+                  "of 8.00 GiB of which 0 bytes is free. Of the allocated memory 7.44 GiB is allocated by PyTorch, and "
+                  "3.16 MiB is reserved by PyTorch but unallocated.\n")
+    assert [c["id"] for c in oom["classes"]] == ["out-of-memory"] and oom["facts"]["gpu_total_mib"] == 8192
+    assert oom["classes"][0]["advice"].startswith("The job needs more GPU memory than is free (the GPU has 8.0 GiB")
+    assert oom["classes"][0]["advice"].index("gradient checkpointing") < oom["classes"][0]["advice"].index(
+        "expandable_segments")
+    log = tmp_path / "comfy.log"
+    log.write_text("ComfyUI\\comfy\\ldm\\modules\\attention.py:407: UserWarning: 1Torch was not compiled with flash "
+                   "attention.\nPrompt executed in 4.2 seconds\n")
+    assert main(["explain", str(log), "--elsewhere"]) == 1
+    out = capsys.readouterr().out
+    assert "Nothing recognised" in out and "Benign (no GPU failure; nothing to fix):" in out
+    assert "benign-no-flash-sdpa" in out and "Failure class" not in out
+
+
+def test_a_cuda_arch_list_is_read_as_the_cuda_release_the_build_was_made_with():
+    """Issue 41: a build whose list ends at sm_75 on an sm_86 card is a CUDA 10 build."""
+    result = explain("NVIDIA GeForce RTX 3060 with CUDA capability sm_86 is not compatible with the current PyTorch "
+                     "installation.\nThe current PyTorch install supports CUDA capabilities sm_37 sm_50 sm_60 sm_61 "
+                     "sm_70 sm_75 compute_37.\n")
+    assert any("its list ends at sm_75, a CUDA 10.x build; sm_86 needs CUDA 11.1 or newer" in c
+               for c in result["checks"])
+    newer = explain("NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch "
+                    "installation.\nThe current PyTorch install supports CUDA capabilities sm_50 sm_60 sm_70 sm_80 "
+                    "sm_90.")
+    assert any("a CUDA 11.8-12.6 build; sm_120 needs CUDA 12.8 or newer" in c for c in newer["checks"])
+
+
+# --- issue 41, round 2: the classes the later part missed, generalised from new reports -------------
+
+
+@pytest.mark.parametrize("log, leading, says", [
+    ("    raise RuntimeError('Current CUDA Device does not support bfloat16. Please switch dtype to float16.')",
+     "bf16-unsupported", "float16"),
+    ("ValueError: Your setup doesn't support bf16/gpu. You need torch>=1.10, using Ampere GPU with cuda>=11.0",
+     "bf16-unsupported", "--fp16"),
+    ("E tensorflow/stream_executor/cuda/cuda_dnn.cc:319] Loaded runtime CuDNN library: 7.4.1 but source was compiled "
+     "with: 7.6.4.  CuDNN library major and minor version needs to match", "cudnn-version", "cuDNN"),
+    ("E tensorflow/stream_executor/cuda/cuda_dnn.cc:347] Loaded runtime CuDNN library: 5103 (compatibility version "
+     "5100) but source was compiled with 5005 (compatibility version 5000).", "cudnn-version", "cuDNN"),
+    ("FAIL : Failed to load library libonnxruntime_providers_cuda.so with error: libcudnn.so.8: cannot open shared "
+     "object file: No such file or directory", "cudnn-version", "cuDNN"),
+    ("File \"C:\\py\\Lib\\site-packages\\torch\\distributed\\rendezvous.py\", line 189, in _create_c10d_store\n"
+     "RuntimeError: use_libuv was requested but PyTorch was build without libuv support", "windows-distributed",
+     "USE_LIBUV=0"),
+    ("enqueue.cc:58 NCCL WARN Cuda failure 'named symbol not found'", "nccl-too-old", "NVCC_GENCODE"),
+])
+def test_each_class_of_round_2_is_recognised_in_its_other_wordings(log, leading, says):
+    """Round 2 of issue 41: the wordings of torch autocast, transformers, TensorFlow/XLA, ONNX Runtime
+    and torch's Windows build that the later part showed unrecognised."""
+    result = explain(log)
+    assert [c["id"] for c in result["classes"]][:1] == [leading], [c["id"] for c in result["classes"]]
+    assert says in result["classes"][0]["advice"] and result["classes"][0]["collect"]
+
+
+def test_an_nccl_older_than_the_card_is_named_from_the_versions_the_log_states():
+    """NCCL 2.15 added H100: a log naming an H100 and NCCL 2.14.3 with an NCCL failure is that, and
+    the same log with NCCL 2.18.5 is not."""
+    log = ("NVIDIA H100 80GB HBM3\nNCCL version {v}+cuda11.8\ntorch.distributed.DistBackendError: NCCL error in: "
+           "ProcessGroupNCCL.cpp:1275, unhandled system error, NCCL version {v}\n")
+    old, new = explain(log.format(v="2.14.3")), explain(log.format(v="2.18.5"))
+    assert old["facts"]["nccl"] == "2.14.3" and old["classes"][0]["id"] == "nccl-too-old"
+    assert "NCCL 2.14.3; sm_90 needs NCCL 2.15" in " ".join(old["classes"][0]["why"])
+    assert new["classes"][0]["id"] != "nccl-too-old"
+
+
+@pytest.mark.parametrize("before", [
+    "Running evaluation on rank 0\n",
+    "Saving model checkpoint to output/checkpoint-500\n",
+    "[rank1]: Traceback (most recent call last):\n[rank1]: RuntimeError: CUDA error: an illegal memory access\n",
+])
+def test_a_collective_timeout_with_a_rank_elsewhere_is_ranks_out_of_step_and_iommu_only_possible(before):
+    """The later part's confident mislead: rank 0 evaluating while the others wait at the next
+    collective was answered '[matches] rccl-hang'. A rank evaluating, saving or raising before the
+    watchdog is ranks out of step; a bare early timeout stays the P2P/IOMMU hang, and even then the
+    watchdog alone makes no known issue confident: the answer says what decides."""
+    watchdog = ("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=BROADCAST, "
+                "Timeout(ms)=600000) ran for 600038 milliseconds before timing out.\n")
+    result = explain(before + watchdog)
+    assert [c["id"] for c in result["classes"]][:2] == ["collective-desync", "collective-hang"]
+    assert not any(i["confident"] for i in result["known_issues"])
+    bare = explain(watchdog)
+    assert bare["classes"][0]["id"] == "collective-hang" and bare["known_issues"][0]["id"] == "rccl-hang"
+    assert not bare["known_issues"][0]["confident"] and "iommu=pt" in bare["classes"][0]["advice"]
+    assert any("other ranks' logs decide" in c for c in bare["classes"][0]["cannot_tell"])
+    warned = explain('NCCL WARN Missing "iommu=pt" from kernel command line which can lead to system instablity or '
+                     'hang!\n' + watchdog)
+    assert warned["known_issues"][0]["id"] == "rccl-hang" and warned["known_issues"][0]["confident"]
+
+
+def test_a_cpu_build_notice_is_benign_unless_the_run_wants_the_gpu_library():
+    """bitsandbytes' 'compiled without GPU support' and TensorFlow's missing cudart are printed on
+    machines where nothing fails (no GPU, or Windows): named benign, never diagnosed. With a GPU
+    8-bit load or optimizer in the log, or the CPU library failing a GPU call, it is the failure."""
+    notice = ("UserWarning: The installed version of bitsandbytes was compiled without GPU support. 8-bit optimizers, "
+              "8-bit multiplication, and GPU quantization are unavailable.\n")
+    tf = ("W tensorflow/stream_executor/platform/default/dso_loader.cc:64] Could not load dynamic library "
+          "'cudart64_110.dll'; dlerror: cudart64_110.dll not found\nI tensorflow/stream_executor/cuda/cudart_stub.cc"
+          ":29] Ignore above cudart dlerror if you do not have a GPU set up on your machine.\n")
+    for log, benign in ((notice, "benign-bitsandbytes-cpu"), (tf, "benign-tf-no-cudart")):
+        result = explain(log)
+        assert not result["classes"] and not result["known_issues"], log
+        assert [b["id"] for b in result["benign"]] == [benign]
+    for failing in ("model = AutoModelForCausalLM.from_pretrained(name, load_in_8bit=True)\n",
+                    "'NoneType' object has no attribute 'cadam32bit_grad_fp32'\n"):
+        assert explain(notice + failing)["classes"][0]["id"] == "bitsandbytes", failing

@@ -27,6 +27,13 @@ CLASSES_FILE = DATA / "failure_classes.json"
 NOT_USABLE = ("arch-not-in-build", "no-gpu-visible", "hsa-out-of-resources")
 # HSA_OVERRIDE_GFX_VERSION families that run a card's code (the override to suggest for an arch)
 FAMILY_OVERRIDES = {"gfx103": "10.3.0", "gfx110": "11.0.0"}
+# a watchdog at or past this collective: earlier ones completed, so the GPUs could talk (NCCL/RCCL
+# P2P or IOMMU faults stop the first collectives; DDP's setup issues a handful)
+PROGRESSED_SEQ = 20
+# classes of an NCCL failure that an NCCL older than the card explains
+NCCL_FAILURES = ("collective-hang", "nccl-shm", "nccl-network", "duplicate-gpu-rank", "cuda-error")
+# an out-of-memory on ROCm with at most this much GPU memory is an APU's carve-out (512 MB by default)
+CARVE_OUT_MIB = 1024
 
 
 @dataclass(frozen=True)
@@ -60,12 +67,33 @@ def refine(leading: str, facts: Dict[str, Any]) -> Tuple[str, List[str]]:
     arch, rocm, system = facts.get("arch"), facts.get("rocm"), facts.get("os", "")
     if facts.get("backend") == "zluda":
         return "zluda", ["the log runs under ZLUDA (a CUDA build on an AMD GPU)"]
+    if leading == "collective-hang" and (facts.get("ranks_disagree") or facts.get("progressed") or
+                                         facts.get("rank_elsewhere") or facts.get("rank_raised") or
+                                         facts.get("collective_seq", 0) >= PROGRESSED_SEQ):
+        return "collective-desync", [_desync_evidence(facts)]
+    too_old = _nccl_too_old(facts)
+    if too_old and leading in NCCL_FAILURES:
+        return "nccl-too-old", [too_old]
+    if leading == "out-of-memory" and (facts.get("integrated") or (
+            facts.get("backend") == "rocm" and facts.get("gpu_total_mib", CARVE_OUT_MIB + 1) <= CARVE_OUT_MIB)):
+        return "apu-memory", [f"the GPU is an APU ({arch})" if facts.get("integrated") else
+                              f"the GPU has {facts['gpu_total_mib']} MiB in all: an APU's carve-out"]
+    if leading == "app-arch-list" and facts.get("hsa_override"):
+        return "override-not-in-service", [f"the log sets HSA_OVERRIDE_GFX_VERSION={facts['hsa_override']}, yet the "
+                                           "app still rejects the GPU: the override is not in its environment"]
     if leading not in NOT_USABLE:
         return leading, []
     if "wsl" in system and leading != "arch-not-in-build":
+        if facts.get("bundled_hsa"):
+            return "wsl-bundled-hsa", ["the log comes from WSL and names torch's bundled HSA runtime or a "
+                                       "PyTorch-index ROCm wheel"]
         return "wsl-no-device", ["the log comes from WSL"]
+    if facts.get("container") and leading == "no-gpu-visible":
+        return "container-no-gpu", ["the log comes from a container"]
     if arch and _igpu_picked(arch, facts):
         return "windows-igpu-first", [f"the GPU in use is {arch}, the CPU's integrated GPU"]
+    if arch in GPUS["igpu_override"] and "windows" not in system:
+        return "igpu-override", [f"the GPU is {arch}, the processor's integrated GPU, and no discrete card is named"]
     support = GPUS["arch_support"].get(arch or "", {})
     if support.get("until") and (older(support["until"], rocm or "0") if rocm else
                                  older(support["until"], "5.0")):
@@ -74,6 +102,28 @@ def refine(leading: str, facts: Dict[str, Any]) -> Tuple[str, List[str]]:
     if support.get("since") and rocm and older(rocm, support["since"]):
         return "rocm-older-than-card", [f"{arch} needs ROCm {support['since']}; the log has ROCm {rocm}"]
     return leading, []
+
+
+def _desync_evidence(facts: Dict[str, Any]) -> str:
+    """Why a collective timeout reads as ranks out of step rather than GPUs that cannot talk."""
+    if facts.get("ranks_disagree"):
+        return "the ranks timed out at different collectives"
+    if facts.get("collective_seq", 0) >= PROGRESSED_SEQ:
+        return f"the timeout is at collective #{facts['collective_seq']}: earlier ones completed"
+    if facts.get("rank_raised"):
+        return "a rank raised an error before the timeout: the others waited for it at the next collective"
+    if facts.get("rank_elsewhere"):
+        return "the log has a rank evaluating, validating or saving: the others wait at the next collective meanwhile"
+    return "training made progress before the timeout: earlier collectives completed"
+
+
+def _nccl_too_old(facts: Dict[str, Any]) -> Optional[str]:
+    """Why the NCCL the log states is older than its card needs (data/gpus.json's nccl_min), or None."""
+    arch, nccl = facts.get("arch", ""), facts.get("nccl")
+    needs = GPUS["nccl_min"].get(arch)
+    if not (nccl and needs and older(nccl, needs)):
+        return None
+    return f"the log has NCCL {nccl}; {arch} needs NCCL {needs} or newer"
 
 
 def _igpu_picked(arch: str, facts: Dict[str, Any]) -> bool:
@@ -136,6 +186,11 @@ def fill(advice: str, facts: Dict[str, Any]) -> str:
         "override_said": f" (the log sets {facts['hsa_override']})" if facts.get("hsa_override") else "",
         "driver_cuda": f" (this one supports CUDA {facts['driver_cuda']})" if facts.get("driver_cuda") else "",
         "xid": " ".join(x + "." for x in xids) + (" " if xids else ""),
+        "gpu_total": (f" (the GPU has {facts['gpu_total_mib'] / 1024:.1f} GiB in all)" if facts.get("gpu_total_mib")
+                      else ""),
+        "nccl_seq": f" #{facts['collective_seq']}" if facts.get("collective_seq") else " after training progressed",
+        "assert_check": f"'{facts['assert_check']}'" if facts.get("assert_check") else "its range check",
+        "igpu_override": GPUS["igpu_override"].get(arch or "", "the value for its family"),
         "hide_igpu": (f"HIP_VISIBLE_DEVICES={facts['discrete_device']} (the discrete card's index in this log)"
                       if "discrete_device" in facts else
                       "HIP_VISIBLE_DEVICES=1 (the discrete card's index; on Windows set it in the launcher, "

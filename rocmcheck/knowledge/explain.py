@@ -27,7 +27,7 @@ from ..errors import UsageError
 from ..host import hostgpu
 from ..redact import Redactor
 from . import classes, known_issues, logfacts
-from .signatures import KERNEL_SIGNATURES, SIGNATURES, could_match
+from .signatures import KERNEL_SIGNATURES, SIGNATURES, could_match, text_bigrams
 
 LINES_SHOWN = 3  # lines quoted per signature; the rest are counted
 LINE_CHARS = 240  # a quoted line is cut around its match (one-line megabyte logs exist)
@@ -106,9 +106,10 @@ def recognise(text: str) -> List[Dict[str, Any]]:
     (1-based) and where it was first seen (`at`, an offset)."""
     newlines = [m.start() for m in re.finditer("\n", text)]
     lowered = text.lower()
+    bigrams = text_bigrams(lowered)
     found = []
     for sig in [*SIGNATURES, *KERNEL_SIGNATURES]:
-        if not could_match(sig.needles, lowered):
+        if not could_match(sig.needles, lowered, bigrams):
             continue
         lines: List[Dict[str, Any]] = []
         count, last_line, first = 0, -1, -1
@@ -122,7 +123,7 @@ def recognise(text: str) -> List[Dict[str, Any]]:
                 lines.append({"line": number, "text": _quote(text, m.start(), m.end())})
         if count:
             found.append({"id": sig.id, "meaning": sig.meaning, "generic": sig.generic, "class": sig.klass,
-                          "count": count, "lines": lines, "at": first})
+                          "benign": sig.benign, "count": count, "lines": lines, "at": first})
     return found
 
 
@@ -194,8 +195,20 @@ def _checks(facts: Dict[str, Any], found_ids: List[str], local: Optional[Dict[st
         built = facts.get("wheel_archs")
         carried = logfacts.GPUS["cuda_arch_notes"].get(card)
         notes.append(f"fix for {card}: " + (f"the build lists {' '.join(built)}: " if built else "")
+                     + _cuda_build_reading(card, built)
                      + f"install a torch whose arch list has {card}" + (f" ({carried})" if carried else ""))
     return notes
+
+
+def _cuda_build_reading(card: str, built: Optional[List[str]]) -> str:
+    """What an arch list says about the CUDA the build was made with, held against what the card
+    needs: a list ending at sm_75 is a CUDA 10 build, and an sm_86 card needs CUDA 11.1 or newer."""
+    newest = max((int(a[3:]) for a in built or () if a[3:].isdigit()), default=0)
+    build = next((what for top, what in logfacts.GPUS["cuda_build_by_newest_arch"] if newest <= top), None)
+    needs = logfacts.GPUS["cuda_min"].get(card)
+    if not (newest and build and needs):
+        return ""
+    return f"its list ends at sm_{newest}, {build}; {card} needs CUDA {needs} or newer: "
 
 
 def _not_told(facts: Dict[str, Any], issues: List[Dict[str, Any]], found: List[Dict[str, Any]],
@@ -219,7 +232,8 @@ def explain(text: str, local: Optional[Dict[str, Any]] = None, redactor: Optiona
     with what it means and what to collect), known issues (best first), stated facts, their
     checks against each other and `local` (this machine; None: not compared), what the text
     cannot tell, and the probes that would confirm it here."""
-    found = recognise(text)
+    everything = recognise(text)
+    found = [f for f in everything if not f["benign"]]  # benign warnings are named, never diagnosed
     ids = [f["id"] for f in found]
     facts = stated_facts(text, ids, [f["at"] for f in found])
     failure_classes = classes.classify(found, facts)
@@ -230,7 +244,8 @@ def explain(text: str, local: Optional[Dict[str, Any]] = None, redactor: Optiona
     probes = list(dict.fromkeys([*(p for issue in issues if issue["confident"] for p in issue["confirm"]),
                                  *(leading["confirm"] if leading else ()),
                                  *(p for issue in issues for p in issue["confirm"])]))
-    result = {"signatures": [{k: v for k, v in f.items() if k != "at"} for f in found],
+    result = {"signatures": [{k: v for k, v in f.items() if k not in ("at", "benign")} for f in found],
+              "benign": [{k: v for k, v in f.items() if k not in ("at", "benign")} for f in everything if f["benign"]],
               "classes": failure_classes, "known_issues": issues, "facts": facts,
               "checks": _checks(facts, ids, local, leading["id"] if leading else None),
               "not_told": _not_told(facts, issues, found, leading),
@@ -251,6 +266,9 @@ def render(result: Dict[str, Any], source: str) -> str:
             more = f" (seen on {sig['count']} lines)" if sig["count"] > len(sig["lines"]) else ""
             out.append(f"  {sig['id']}: {sig['meaning']}{more}")
             out += [f"    line {ln['line']}: {ln['text']}" for ln in sig["lines"]]
+    if result["benign"]:
+        out.append("Benign (no GPU failure; nothing to fix):")
+        out += [f"  {sig['id']}: {sig['meaning']} (line {sig['lines'][0]['line']})" for sig in result["benign"]]
     if result["classes"]:
         lead, *others = result["classes"]
         out.append(f"Failure class: {lead['title']} ({lead['id']})")

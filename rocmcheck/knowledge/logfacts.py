@@ -43,6 +43,26 @@ LISTED = ("_lazy_", "tensilelibrary_", "capabilities", "supported types", "targe
 CURRENT_DEVICE = re.compile(r"current device: (\d+)")
 WHEEL_LIST = re.compile(r"supports CUDA capabilities((?: sm_\d+)+)")
 XID = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
+# the collective a watchdog timed out at (NCCL/RCCL's SeqNum, or the last one completed): how far the run got
+COLLECTIVE_SEQ = re.compile(r"SeqNum=(\d+)|last completed NCCL work: (\d+)")
+# training that got somewhere (a step, an epoch or a progress bar past 0, a finished fit): before a
+# collective timeout it means the earlier collectives completed
+PROGRESS = re.compile(r"\b[1-9]\d*/\d+ \[\d|[Ee]poch:? ?[1-9]|\b[Ss]tep:? ?[1-9]\d*\b|'loss': |max_epochs\S* reached")
+WATCHDOG = re.compile(r"Watchdog caught collective operation timeout|collective operation timeout")
+# a rank doing other work around a collective timeout (evaluating, validating, saving, predicting on one rank):
+# the others wait at the next collective until the watchdog fires
+# (its needles are tested first: a regex with the i flag and no literal prefix costs ~5 ms on 64 KiB)
+ELSEWHERE = re.compile(r"evaluat(?:ing|ion)\b|validat(?:ing|ion)\b|saving (?:the )?(?:model|checkpoint)|"
+                       r"running predictions|\bon rank ?=? ?0\b|rank 0 only|评估|验证", re.I)
+ELSEWHERE_NEEDLES = literals(ELSEWHERE)
+# a rank that raised before the watchdog fired: the others wait for it at the next collective
+RANK_RAISED = re.compile(r"\[rank\d+\]: (?:Traceback|\w+Error\b)|CUDA out of memory|HIP out of memory")
+# the GPU's total memory as torch's out-of-memory message states it
+TOTAL_MEMORY = re.compile(r"(\d+(?:\.\d+)?) ([MG]i?B) total capacity|total capaci?ty of (\d+(?:\.\d+)?) ([MG]i?B)")
+# torch's own HSA runtime or a wheel from the PyTorch index (which bundles it): what WSL cannot use
+BUNDLED_HSA = re.compile(r"libhsa-runtime64|download\.pytorch\.org/whl/(?:nightly/)?rocm")
+# the range check a device-side assert names
+ASSERT_CHECK = re.compile(r"Assertion [`'\"]?([^`'\"\n]{4,60}?)[`'\"]? failed")
 
 # what says which OS a log comes from (plain strings, looked for in the lower-cased text)
 WSL = ("wsl environment detected", "microsoft-standard-wsl", "wsl2", "wsl 2", "librocdxg", "/dev/dxg")
@@ -148,7 +168,7 @@ def read(text: str, found_ids: Sequence[str] = (), at: Sequence[int] = ()) -> Di
         facts["gpu"] = names[0][0]
     if arch in INTEGRATED:
         facts["integrated"] = True
-    for key in ("torch", "rocm", "hip", "cuda", "hsa_override", "driver", "driver_cuda", "python"):
+    for key in ("torch", "rocm", "hip", "cuda", "hsa_override", "driver", "driver_cuda", "python", "nccl"):
         value = _most_common(text, lowered, key)
         if value:
             facts[key] = value
@@ -165,6 +185,7 @@ def read(text: str, found_ids: Sequence[str] = (), at: Sequence[int] = ()) -> Di
     xids = list(dict.fromkeys(XID.findall(text)))
     if xids:
         facts["xid"] = xids
+    facts.update(_run_facts(text, lowered))
     system = _os(lowered)
     if system:
         facts["os"] = system
@@ -192,3 +213,36 @@ def _backend(text: str, facts: Dict[str, Any], found_ids: Sequence[str]) -> Opti
     if {"hip-no-binary-for-gpu", "hip-error", "hsa-memory-access-fault", "miopen-error"} & set(found_ids):
         return "rocm"
     return None
+
+
+def _run_facts(text: str, lowered: str) -> Dict[str, Any]:
+    """How far a distributed run got (`collective_seq`: the highest collective number a watchdog or
+    NCCL names; `ranks_disagree`: the ranks timed out at different collectives; `progressed`: training
+    steps before the watchdog fired; `rank_elsewhere`: the log says a rank was evaluating, validating or saving;
+    `rank_raised`: a rank raised an error before the watchdog fired), the GPU's total
+    memory in MiB from an out-of-memory message, a bundled HSA runtime (`bundled_hsa`) and the
+    check a device-side assert names."""
+    facts: Dict[str, Any] = {}
+    seqs = [int(a or b) for a, b in COLLECTIVE_SEQ.findall(text)]
+    if seqs:
+        facts["collective_seq"] = max(seqs)
+        timed_out = {int(n) for n in re.findall(r"WorkNCCL\(SeqNum=(\d+)", text)}
+        if len(timed_out) > 1:
+            facts["ranks_disagree"] = True
+    watchdog = WATCHDOG.search(text)
+    if watchdog and PROGRESS.search(text, 0, watchdog.start()):
+        facts["progressed"] = True
+    if watchdog and could_match(ELSEWHERE_NEEDLES, lowered) and ELSEWHERE.search(text):
+        facts["rank_elsewhere"] = True
+    if watchdog and RANK_RAISED.search(text, 0, watchdog.start()):
+        facts["rank_raised"] = True
+    total = TOTAL_MEMORY.search(text)
+    if total:
+        value, unit = (total.group(1), total.group(2)) if total.group(1) else (total.group(3), total.group(4))
+        facts["gpu_total_mib"] = round(float(value) * (1024 if unit.startswith("G") else 1))
+    if BUNDLED_HSA.search(text):
+        facts["bundled_hsa"] = True
+    check = ASSERT_CHECK.search(text)
+    if check:
+        facts["assert_check"] = check.group(1).strip()
+    return facts
