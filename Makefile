@@ -30,7 +30,7 @@ BIN := $(VENV)/bin
 
 PYTEST_FAST_WORKERS ?= 2
 
-.PHONY: gate test test-fast simgpu-test clean compat cuda-build-test slurm-test hardware
+.PHONY: gate test test-fast docs simgpu-test clean compat cuda-build-test slurm-test hardware
 
 $(VENV)/.installed-gate: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -61,6 +61,15 @@ test-fast: $(VENV)/.installed
 	ROCMCHECK_TEST_NO_CHILDREN=1 $(BIN)/python -m pytest -q -m "not slow and not children" \
 		--hypothesis-profile=rocmcheck-fast -n $(PYTEST_FAST_WORKERS) --dist loadscope --max-worker-restart=0 $(PYTEST_ARGS)
 
+# The documentation site (mkdocs.yml) into site/, strict: a broken link or anchor, a page outside the nav or a
+# generated table that fails stops the build. The docs extra (MkDocs, Material) gets its own stamp.
+$(VENV)/.installed-docs: $(VENV)/.installed-gate
+	$(BIN)/python -m pip install -q -e ".[docs]"
+	touch $@
+
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --clean
+
 # the whole gate on two simulated GPUs (rocmcheck/simgpu, built on first use): 24 s on an idle 2-core machine; CI, short of time,
 # runs the fault tests and a narrowed gate (tests/test_simgpu.py)
 simgpu-test: $(VENV)/.installed
@@ -68,7 +77,7 @@ simgpu-test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q tests/test_simgpu.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) build dist site *.egg-info
 
 # The torch compatibility matrix (scripts/compat_matrix.py): a cached venv per supported torch, several GB
 # each, so it is not part of `make test` or CI. COMPAT_ARGS='--torch 2.2.2' narrows it.
