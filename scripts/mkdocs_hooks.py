@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import textwrap
 from typing import Any, Callable, Dict, Iterable, List, Sequence
 
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
@@ -70,7 +71,7 @@ def probe_catalogue() -> str:
         summary.append([f"[`{pid}`](#{pid})", f"{sum(v.in_gate() for v in variants)} / {len(variants)}",
                         ", ".join(map(str, levels)) or "-", f"{spec.timeout:g} s",
                         _needs(variants[0]), spec.targets or spec.title])
-    parts = [f"{len(specs)} probes, {sum(len(s.expand()) for s in specs.values())} variants.\n",
+    parts = [f"{len(specs)} probes, {sum(len(s.expand()) for s in specs.values())} variants.\n\n",
              _table(["probe", "variants (gate / all)", "levels", "timeout", "needs", "what it catches"], summary)]
     for pid, spec in specs.items():
         variants = spec.expand()
@@ -80,6 +81,9 @@ def probe_catalogue() -> str:
                      f"{'once per GPU under test' if spec.per_device else 'once per node'}; module "
                      f"`{spec.module}`.\n\n")
         has_levels = any("level" in v.params for v in variants)
+        if has_levels:
+            parts.append(f"Its levels: `--level N` runs the variants of level N (the gate: 1), each given its level's "
+                         f"budget of work beyond its timeout ({spec.timeout:g} s + the budget).\n\n")
         headers = ["variant", "in the gate", "needs"] + (["level", "budget"] if has_levels else [])
         rows = []
         for v in variants:
@@ -95,7 +99,7 @@ def probe_catalogue() -> str:
 
 def fault_catalogue() -> str:
     return _table(["fault", "ARG", "what the probe meets"],
-                  ([f"`{f.name}`", f.args or "", f.help] for f in shipped_faults()))
+                  ([f"`{f.name}`", (f.args or "").replace("|", ", "), f.help] for f in shipped_faults()))
 
 
 def levels() -> str:
@@ -108,7 +112,9 @@ def levels() -> str:
 
 
 def _usage(parser: argparse.ArgumentParser) -> str:
-    return " ".join(parser.format_usage().split()).removeprefix("usage: ")
+    """The usage line `--help` starts with, wrapped at 100 columns whatever the terminal building the site."""
+    usage = " ".join(parser.format_usage().split()).removeprefix("usage: ")
+    return textwrap.fill(usage, 100, subsequent_indent="    ", break_on_hyphens=False, break_long_words=False)
 
 
 def _option_rows(parser: argparse.ArgumentParser) -> List[List[str]]:

@@ -90,3 +90,10 @@ def test_the_readme_is_short_and_says_what_the_verdicts_mean():
     head = README[:README.index("## Quick start")]
     for said in ("GO", "NO-GO", "UNKNOWN", "| 0 |", "| 1 |", "| 2 |"):
         assert said in head
+
+
+def test_every_link_of_the_readme_resolves():
+    """The site's links are held by `mkdocs build --strict`; the README is not a page of it, so here."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README)
+    local = [link for link in links if "://" not in link]
+    assert len(local) >= 20 and [link for link in local if not (ROOT / link).exists()] == []
