@@ -1,6 +1,7 @@
 # The two commands of the README's quick start:
 #   make gate   set up a virtual environment with rocmcheck and torch, and run `rocmcheck gate` on the default device
 #   make test   the same environment plus the test tools and the hf extra, then the test suite
+# The documentation: make docs   the site under docs/ (mkdocs.yml) into site/, --strict (the docs extra)
 # And for a developer: make test-fast   the tests that start no process (no probe children, no packaging,
 # fleet or simulated-GPU build, no whole-process timing): -m "not slow and not children"; a test that
 # starts a process unmarked fails there (conftest.py). 33 s on 2 idle cores, up to 2 min loaded (README).
