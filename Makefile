@@ -1,6 +1,7 @@
 # The two commands of the README's quick start:
 #   make gate   set up a virtual environment with rocmcheck and torch, and run `rocmcheck gate` on the default device
 #   make test   the same environment plus the test tools and the hf extra, then the test suite
+# The documentation: make docs   the site under docs/ (mkdocs.yml) into site/, --strict (the docs extra)
 # And for a developer: make test-fast   the tests that start no process (no probe children, no packaging,
 # fleet or simulated-GPU build, no whole-process timing): -m "not slow and not children"; a test that
 # starts a process unmarked fails there (conftest.py). 33 s on 2 idle cores, up to 2 min loaded (README).
@@ -30,7 +31,7 @@ BIN := $(VENV)/bin
 
 PYTEST_FAST_WORKERS ?= 2
 
-.PHONY: gate test test-fast simgpu-test clean compat cuda-build-test slurm-test hardware
+.PHONY: gate test test-fast docs simgpu-test clean compat cuda-build-test slurm-test hardware
 
 $(VENV)/.installed-gate: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -61,6 +62,15 @@ test-fast: $(VENV)/.installed
 	ROCMCHECK_TEST_NO_CHILDREN=1 $(BIN)/python -m pytest -q -m "not slow and not children" \
 		--hypothesis-profile=rocmcheck-fast -n $(PYTEST_FAST_WORKERS) --dist loadscope --max-worker-restart=0 $(PYTEST_ARGS)
 
+# The documentation site (mkdocs.yml) into site/, strict: a broken link or anchor, a page outside the nav or a
+# generated table that fails stops the build. The docs extra (MkDocs, Material) gets its own stamp.
+$(VENV)/.installed-docs: $(VENV)/.installed-gate
+	$(BIN)/python -m pip install -q -e ".[docs]"
+	touch $@
+
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --clean
+
 # the whole gate on two simulated GPUs (rocmcheck/simgpu, built on first use): 24 s on an idle 2-core machine; CI, short of time,
 # runs the fault tests and a narrowed gate (tests/test_simgpu.py)
 simgpu-test: $(VENV)/.installed
@@ -68,7 +78,7 @@ simgpu-test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q tests/test_simgpu.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) build dist site *.egg-info
 
 # The torch compatibility matrix (scripts/compat_matrix.py): a cached venv per supported torch, several GB
 # each, so it is not part of `make test` or CI. COMPAT_ARGS='--torch 2.2.2' narrows it.

@@ -162,22 +162,21 @@ def test_a_probe_declared_the_old_way_or_wrongly_is_one_line_naming_the_fix(tmp_
 
 
 def _readme_blocks() -> list:
-    """The python blocks of the README's "Writing your own probes" section: the probe, then its test."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Writing your own probes", 1)[1].split("\n## ", 1)[0]
-    return [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
+    """The python blocks of the docs' page "Writing your own probes": the probe, then its test."""
+    text = (ROOT / "docs" / "writing-probes.md").read_text(encoding="utf-8")
+    return [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
 
 
 @pytest.mark.children
 def test_the_readmes_probe_is_short_and_its_test_passes(tmp_path, monkeypatch):
-    """The README's example, exactly: a probe in under 20 lines, proven by run_inline (pass, and fail
+    """The docs' example, exactly: a probe in under 20 lines, proven by run_inline (pass, and fail
     under the fault it must catch)."""
     probe, test = _readme_blocks()
     assert len(probe.strip().splitlines()) < 20
     (tmp_path / "copy_back.py").write_text(probe)
     monkeypatch.setenv("ROCMCHECK_PROBES_PATH", str(tmp_path))
     scope: dict = {}
-    exec(compile(test, "README.md", "exec"), scope)
+    exec(compile(test, "docs/writing-probes.md", "exec"), scope)
     scope["test_copy_back_passes_and_catches_zeros"]()
 
 

@@ -35,14 +35,15 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("\nInject with --inject NAME[:ARG][@PROBE_GLOB][,...] or $" + INJECT_ENV)
         return ExitCode.OK
     variants = select(specs, args.probe, args.keyword, gate_only=args.gate_only, level=None)
-    rows = [[v.id, "gate" if v.in_gate() else "full", f"{v.spec.timeout:g}s", _needs(v), short(v.spec.targets, 60)]
+    rows = [[v.id, "gate" if v.in_gate() else "full", f"{v.spec.timeout:g}s", needs(v), short(v.spec.targets, 60)]
             for v in variants]
     print(tabulate(rows, headers=["variant", "profile", "timeout", "needs", "targets"], tablefmt="simple"))
     print(f"\n{counted(len(variants), 'variant')} of {counted(len({v.spec.id for v in variants}), 'probe')}")
     return ExitCode.OK
 
 
-def _needs(v: Variant) -> str:
+def needs(v: Variant) -> str:
+    """What a variant needs to run (GPUs, backend, platforms), "-" where any machine will do."""
     req = v.spec.requires
     parts = [f"{req.gpus} GPUs" if req.gpus > 1 else ("GPU" if req.gpu or req.gpus else "")]
     parts += [req.backend or "", "/".join(req.platforms)]
