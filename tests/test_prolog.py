@@ -51,9 +51,13 @@ GO = {**node.unknown("-"), "status": "GO", "exit_code": 0, "reason": "rocmcheck 
 
 
 def fake_gate(tmp_path: Path, doc: dict, code: int, before: str = "") -> Path:
-    """A `rocmcheck` that prints `doc` as the gate does (indent 2) and exits `code`."""
+    """A `rocmcheck` that writes `doc` to its `--verdict` file as the gate does (indent 2), its
+    arguments to `args`, and exits `code`."""
     text = json.dumps(doc, indent=2)
-    return executable(tmp_path / "fake-rocmcheck", f"#!/bin/sh\n{before}\ncat <<'EOF'\n{text}\nEOF\nexit {code}\n")
+    return executable(tmp_path / "fake-rocmcheck",
+                      f'#!/bin/sh\necho "$@" > {tmp_path}/args\n{before}\n'
+                      'while [ $# -gt 0 ]; do [ "$1" = --verdict ] && out=$2; shift; done\n'
+                      f"cat > \"$out\" <<'EOF'\n{text}\nEOF\nexit {code}\n")
 
 
 class Prolog:
@@ -62,8 +66,12 @@ class Prolog:
     def __init__(self, tmp_path: Path):
         self.tmp = tmp_path
         self.calls = tmp_path / "scontrol.calls"
+        # `scontrol show config` answers as Slurm's does, with $FAKE_PROLOG_TIMEOUT (65534: no limit)
         self.scontrol = executable(tmp_path / "scontrol", f'#!/bin/sh\nprintf "%s|" "$@" >> {self.calls}\necho >> '
-                                                          f'{self.calls}\n')
+                                   f'{self.calls}\n[ "$1 $2" = "show config" ] && printf "%s\\n" '
+                                   '"Prolog                  = /etc/slurm/prolog.d/*" '
+                                   '"PrologEpilogTimeout     = ${FAKE_PROLOG_TIMEOUT:-65534}" '
+                                   '"PrologFlags             = Alloc"\nexit 0\n')
         self.here = tmp_path / "fleet" / "verdicts" / "n1"
 
     def env(self, **settings: str) -> Dict[str, str]:
@@ -75,8 +83,9 @@ class Prolog:
         return run_group(["/bin/sh", str(PROLOG)], self.env(**settings), self.tmp, timeout=300)
 
     def drains(self) -> List[List[str]]:
-        return [line.rstrip("|").split("|") for line in self.calls.read_text().splitlines()] if self.calls.exists() \
+        calls = [line.rstrip("|").split("|") for line in self.calls.read_text().splitlines()] if self.calls.exists() \
             else []
+        return [call for call in calls if call[0] == "update"]  # not `show config`
 
     def kept(self) -> Dict[str, dict]:
         """Every verdict kept, by name (a file that is not one JSON document fails here)."""
