@@ -354,3 +354,15 @@ def test_the_nhc_check_fails_by_nhcs_conventions_and_never_drains_itself(prolog,
     assert prolog.drains() == []  # NHC drains, not the recipe
     (verdict,) = prolog.kept().values()
     assert verdict["job_id"] is None and "-nojob-" in os.readlink(prolog.here / "latest.json")
+
+
+def test_a_gate_that_cannot_start_its_run_still_replaces_the_start_record(tmp_path, capsys):
+    """Bad input (here an option argparse refuses, before the gate could write anything) still
+    leaves `--verdict`'s file a valid UNKNOWN verdict saying why, in one line on stderr."""
+    verdict = tmp_path / "v" / "verdict.json"
+    verdict.parent.mkdir()
+    verdict.write_text(json.dumps(node.started()))
+    assert main(["gate", "--bogus", "--verdict", str(verdict)]) == 2
+    written = valid(json.loads(verdict.read_text()))
+    assert written["status"] == "UNKNOWN" and written["error"] == "error: unrecognized arguments: --bogus"
+    assert capsys.readouterr().err == "rocmcheck: error: unrecognized arguments: --bogus\n"

@@ -104,7 +104,9 @@ def _could_not_assess(argv: List[str], message: str) -> int:
             try:
                 write_atomic(Path(verdict_file), document + "\n")
             except OSError as exc:
-                print(f"rocmcheck: --verdict {verdict_file}: cannot write ({exc.strerror or exc})", file=sys.stderr)
+                if f"--verdict {verdict_file}: cannot write" not in message:  # said once, whichever came first
+                    print(f"rocmcheck: --verdict {verdict_file}: cannot write ({exc.strerror or exc})",
+                          file=sys.stderr)
         if wants_document:
             print(document, flush=True)
         elif "--npd" in argv:
