@@ -201,10 +201,9 @@ def valid(verdict: dict) -> dict:
     return verdict
 
 
-def dead_pid() -> int:
-    """The PID of a process that has ended (reaped), as a killed writer's is."""
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    return int(done.stdout)
+# A writer that is gone: above Linux's largest pid_max (2**22), so no process has it (the PID of a
+# process that ended could be reused at once on a busy machine)
+DEAD_PID = 2 ** 22 + 1
 
 
 def test_a_prolog_killed_by_slurm_leaves_a_valid_unknown_verdict_naming_its_job(prolog):
@@ -236,9 +235,9 @@ def test_a_prolog_killed_by_slurm_leaves_a_valid_unknown_verdict_naming_its_job(
     # a temporary file as a writer killed mid-write leaves one (Slurm's SIGKILL during the gate's
     # SIGTERM ending), one of a writer still running, and one of another host's writer
     host = subprocess.run(["uname", "-n"], capture_output=True, text=True).stdout.split(".")[0].strip()
-    killed = prolog.here / f".{sorted(kept)[-1]}.{host}-{dead_pid()}.0a1b2c3d.tmp"
+    killed = prolog.here / f".{sorted(kept)[-1]}.{host}-{DEAD_PID}.0a1b2c3d.tmp"
     running = prolog.here / f".x.json.{host}-{os.getpid()}.0a1b2c3d.tmp"
-    elsewhere = prolog.here / f".x.json.otherhost-{dead_pid()}.0a1b2c3d.tmp"
+    elsewhere = prolog.here / f".x.json.otherhost-{DEAD_PID}.0a1b2c3d.tmp"
     for temp in (killed, running, elsewhere):
         temp.write_text('{"half')
     assert prolog.run(SLURM_JOB_ID="9").returncode == 0, prolog.log()
