@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
+import psutil
 import pytest
 
 from rocmcheck.cli import main
@@ -51,9 +53,13 @@ GO = {**node.unknown("-"), "status": "GO", "exit_code": 0, "reason": "rocmcheck 
 
 
 def fake_gate(tmp_path: Path, doc: dict, code: int, before: str = "") -> Path:
-    """A `rocmcheck` that prints `doc` as the gate does (indent 2) and exits `code`."""
+    """A `rocmcheck` that writes `doc` to its `--verdict` file as the gate does (indent 2), its
+    arguments to `args`, and exits `code`."""
     text = json.dumps(doc, indent=2)
-    return executable(tmp_path / "fake-rocmcheck", f"#!/bin/sh\n{before}\ncat <<'EOF'\n{text}\nEOF\nexit {code}\n")
+    return executable(tmp_path / "fake-rocmcheck",
+                      f'#!/bin/sh\necho "$@" > {tmp_path}/args\n{before}\n'
+                      'while [ $# -gt 0 ]; do [ "$1" = --verdict ] && out=$2; shift; done\n'
+                      f"cat > \"$out\" <<'EOF'\n{text}\nEOF\nexit {code}\n")
 
 
 class Prolog:
@@ -62,8 +68,12 @@ class Prolog:
     def __init__(self, tmp_path: Path):
         self.tmp = tmp_path
         self.calls = tmp_path / "scontrol.calls"
+        # `scontrol show config` answers as Slurm's does, with $FAKE_PROLOG_TIMEOUT (65534: no limit)
         self.scontrol = executable(tmp_path / "scontrol", f'#!/bin/sh\nprintf "%s|" "$@" >> {self.calls}\necho >> '
-                                                          f'{self.calls}\n')
+                                   f'{self.calls}\n[ "$1 $2" = "show config" ] && printf "%s\\n" '
+                                   '"Prolog                  = /etc/slurm/prolog.d/*" '
+                                   '"PrologEpilogTimeout     = ${FAKE_PROLOG_TIMEOUT:-65534}" '
+                                   '"PrologFlags             = Alloc"\nexit 0\n')
         self.here = tmp_path / "fleet" / "verdicts" / "n1"
 
     def env(self, **settings: str) -> Dict[str, str]:
@@ -75,8 +85,9 @@ class Prolog:
         return run_group(["/bin/sh", str(PROLOG)], self.env(**settings), self.tmp, timeout=300)
 
     def drains(self) -> List[List[str]]:
-        return [line.rstrip("|").split("|") for line in self.calls.read_text().splitlines()] if self.calls.exists() \
+        calls = [line.rstrip("|").split("|") for line in self.calls.read_text().splitlines()] if self.calls.exists() \
             else []
+        return [call for call in calls if call[0] == "update"]  # not `show config`
 
     def kept(self) -> Dict[str, dict]:
         """Every verdict kept, by name (a file that is not one JSON document fails here)."""
@@ -178,23 +189,128 @@ def test_odd_job_ids_and_node_names_make_safe_file_names_and_a_long_reason_is_cu
     assert drain[1] == "nodename=n1/../x" and len(drain[-1]) == len("reason=") + node.REASON_LIMIT
 
 
-def test_a_prolog_killed_half_way_keeps_every_earlier_verdict(prolog):
-    """As slurmd ends a prolog at PrologEpilogTimeout: SIGTERM to its process group, SIGKILL 10 ms later."""
+SCHEMA_FILE = RECIPES.parent / "schema" / "node-verdict.schema.json"
+STUCK = "import time\ntime.sleep(600)  # a probe module whose import never ends (a stalled NFS, a wedged driver)\n"
+
+
+def valid(verdict: dict) -> dict:
+    """`verdict`, checked against the published node-verdict schema."""
+    import jsonschema
+
+    jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text())).validate(verdict)
+    return verdict
+
+
+# A writer that is gone: above Linux's largest pid_max (2**22), so no process has it (the PID of a
+# process that ended could be reused at once on a busy machine)
+DEAD_PID = 2 ** 22 + 1
+
+
+def test_a_prolog_killed_by_slurm_leaves_a_valid_unknown_verdict_naming_its_job(prolog):
+    """As slurmd ends a prolog at PrologEpilogTimeout: SIGTERM to its process group, SIGKILL 10 ms
+    later. The gate is stuck where its --deadline cannot reach (importing a probe module), so only
+    the kill ends it: the start record is what stays, valid and naming the job; the earlier
+    verdicts and latest.json are untouched, and the next run leaves no temporary file."""
     assert prolog.run(ROCMCHECK=str(fake_gate(prolog.tmp, GO, 0))).returncode == 0
     earlier, latest = prolog.kept(), os.readlink(prolog.here / "latest.json")
-    slow = fake_gate(prolog.tmp, node.unknown("never"), 0, before="printf '{\\n  \"status\": '; sleep 60")
-    proc = subprocess.Popen(["/bin/sh", str(PROLOG)], env=prolog.env(SLURM_JOB_ID="8", ROCMCHECK=str(slow)),
-                            start_new_session=True)
-    deadline = time.monotonic() + 30
-    while not any(p.stat().st_size for p in prolog.here.glob(".*.tmp")):  # the gate is writing its verdict
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.05)
+    stuck = prolog.tmp / "stuck"
+    stuck.mkdir()
+    (stuck / "stuck_probe.py").write_text(STUCK)
+    proc = subprocess.Popen(["/bin/sh", str(PROLOG)], start_new_session=True, env=prolog.env(
+        SLURM_JOB_ID="8", ROCMCHECK_ARGS=f"--device cpu --probe device-smoke --probes-path {stuck}"))
+    end = time.monotonic() + 60
+    while not any(str(stuck) in (p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])):
+        assert time.monotonic() < end and proc.poll() is None  # the gate runs (and will hang)
+        time.sleep(0.1)
+    time.sleep(3)  # the gate is past its start, loading the probes
     os.killpg(proc.pid, signal.SIGTERM)
     time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
-    assert prolog.kept() == earlier and os.readlink(prolog.here / "latest.json") == latest
-    assert list(prolog.here.glob(".*.tmp"))  # the half-written one stays hidden; a later prolog removes it after 1 h
+    kept = prolog.kept()
+    (new,) = [v for k, v in kept.items() if k not in earlier]
+    assert valid(new)["status"] == "UNKNOWN" and new["job_id"] == "8" and new["partial"] is True
+    assert new["error"].endswith("not finished: killed or still running") and new["error"].startswith("started at 2")
+    assert {k: kept[k] for k in earlier} == earlier and os.readlink(prolog.here / "latest.json") == latest
+    # a temporary file as a writer killed mid-write leaves one (Slurm's SIGKILL during the gate's
+    # SIGTERM ending), one of a writer still running, and one of another host's writer
+    host = subprocess.run(["uname", "-n"], capture_output=True, text=True).stdout.split(".")[0].strip()
+    killed = prolog.here / f".{sorted(kept)[-1]}.{host}-{DEAD_PID}.0a1b2c3d.tmp"
+    running = prolog.here / f".x.json.{host}-{os.getpid()}.0a1b2c3d.tmp"
+    elsewhere = prolog.here / f".x.json.otherhost-{DEAD_PID}.0a1b2c3d.tmp"
+    for temp in (killed, running, elsewhere):
+        temp.write_text('{"half')
+    assert prolog.run(SLURM_JOB_ID="9").returncode == 0, prolog.log()
+    assert sorted(prolog.here.glob(".*.tmp")) == sorted([running, elsewhere])
+    assert prolog.kept()[os.readlink(prolog.here / "latest.json")]["job_id"] == "9"
+
+
+def test_the_gates_own_start_record_stands_where_it_is_killed(tmp_path):
+    """`gate --verdict FILE` alone (no recipe): SIGKILL while it is stuck leaves FILE a valid
+    UNKNOWN verdict, so any caller (a K8s init container, a by-hand run) gets one."""
+    stuck = tmp_path / "stuck"
+    stuck.mkdir()
+    (stuck / "stuck_probe.py").write_text(STUCK)
+    verdict = tmp_path / "v" / "verdict.json"
+    env = {**os.environ, "SLURM_JOB_ID": "41"}
+    proc = subprocess.Popen([str(ROCMCHECK), "gate", "--device", "cpu", "--probe", "device-smoke", "--probes-path",
+                             str(stuck), "--out-dir", str(tmp_path / "r"), "--verdict", str(verdict)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    end = time.monotonic() + 60
+    while not verdict.exists():
+        assert time.monotonic() < end and proc.poll() is None
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    left = valid(json.loads(verdict.read_text()))
+    assert left["status"] == "UNKNOWN" and left["job_id"] == "41" and "killed or still running" in left["reason"]
+    assert list(verdict.parent.iterdir()) == [verdict]
+
+
+@pytest.mark.parametrize("deadline, killed_after, expected, said", [
+    (None, None, None, ""),
+    (110.0, None, 110.0, ""),
+    (None, 120.0, 110.0, "deadline 110s: killed after 120s (--killed-after) less a 10s margin"),
+    (110.0, 20.0, 10.0, "--deadline 110s lowered to 10s: killed after 20s (--killed-after) less a 10s margin"),
+    (8.0, 20.0, 8.0, ""),  # already below: as given
+    (None, 5.0, 2.5, "deadline 2.5s: killed after 5s (--killed-after) less a 2.5s margin"),  # half a short limit
+])
+def test_the_deadline_is_kept_below_the_callers_kill(deadline, killed_after, expected, said):
+    from rocmcheck.engine.options import bounded_deadline
+
+    assert bounded_deadline(deadline, killed_after) == {"deadline": expected, "deadline_why": said}
+
+
+def test_the_recipe_keeps_the_deadline_below_prologepilogtimeout_and_lowers_an_explicit_one(prolog):
+    """PrologEpilogTimeout 20 (scontrol show config) and ROCMCHECK_DEADLINE=110, which Slurm's kill
+    would cut short: the gate is told it is killed after what is left of the 20 s, its deadline is
+    lowered with a line in the log, and the UNKNOWN verdict (a planted hang) says so in its notes."""
+    done = prolog.run(FAKE_PROLOG_TIMEOUT="20", ROCMCHECK_DEADLINE="110", ROCMCHECK_INJECT="hang@device-smoke",
+                      ROCMCHECK_ARGS="--device cpu --probe device-smoke --timeout 120")
+    (verdict,) = prolog.kept().values()
+    lowered = re.search(r"rocmcheck: --deadline 110s lowered to ([0-9.]+)s: killed after (1[89])s \(--killed-after\) "
+                        r"less a ([0-9.]+)s margin", prolog.log())
+    assert lowered, prolog.log()
+    bound, left, margin = (float(x) for x in lowered.groups())
+    assert bound == left - margin and margin == min(10, left / 2)
+    assert done.returncode == 2 and valid(verdict)["status"] == "UNKNOWN" and verdict["job_id"] == "7"
+    assert lowered.group(0).split(": ", 1)[1] in verdict["notes"]
+    assert f"the --deadline of {bound:g}s" in verdict["reason"]
+    assert ["show", "config"] in [line.rstrip("|").split("|") for line in prolog.calls.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("settings, passed", [
+    ({}, "--deadline 110 --verdict"),  # Slurm's 65534: no limit, the default deadline
+    ({"FAKE_PROLOG_TIMEOUT": "300"}, "--killed-after 29"),  # 300 less the second or so spent: 298 or 299
+    ({"FAKE_PROLOG_TIMEOUT": "300", "ROCMCHECK_DEADLINE": "60"}, "--deadline 60 --killed-after 29"),
+    ({"FAKE_PROLOG_TIMEOUT": "300", "ROCMCHECK_TIME_LIMIT": "40"}, "--killed-after 3"),  # the setting first: 38, 39
+])
+def test_the_recipe_passes_the_time_limit_it_read(prolog, settings, passed):
+    assert prolog.run(ROCMCHECK=str(fake_gate(prolog.tmp, GO, 0)), **settings).returncode == 0
+    args = (prolog.tmp / "args").read_text()
+    assert args.startswith(f"gate {passed}"), args
+    asked = "show|config|" in prolog.calls.read_text() if prolog.calls.exists() else False
+    assert asked == ("ROCMCHECK_TIME_LIMIT" not in settings)
 
 
 def test_two_prologs_at_once_leave_two_valid_verdicts(prolog):
@@ -237,3 +353,15 @@ def test_the_nhc_check_fails_by_nhcs_conventions_and_never_drains_itself(prolog,
     assert prolog.drains() == []  # NHC drains, not the recipe
     (verdict,) = prolog.kept().values()
     assert verdict["job_id"] is None and "-nojob-" in os.readlink(prolog.here / "latest.json")
+
+
+def test_a_gate_that_cannot_start_its_run_still_replaces_the_start_record(tmp_path, capsys):
+    """Bad input (here an option argparse refuses, before the gate could write anything) still
+    leaves `--verdict`'s file a valid UNKNOWN verdict saying why, in one line on stderr."""
+    verdict = tmp_path / "v" / "verdict.json"
+    verdict.parent.mkdir()
+    verdict.write_text(json.dumps(node.started()))
+    assert main(["gate", "--bogus", "--verdict", str(verdict)]) == 2
+    written = valid(json.loads(verdict.read_text()))
+    assert written["status"] == "UNKNOWN" and written["error"] == "error: unrecognized arguments: --bogus"
+    assert capsys.readouterr().err == "rocmcheck: error: unrecognized arguments: --bogus\n"

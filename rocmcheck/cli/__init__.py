@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import List, Optional
 
 from .. import __version__
@@ -90,14 +91,35 @@ def _could_not_assess(argv: List[str], message: str) -> int:
     message = clean(message)
     print(f"rocmcheck: {message}", file=sys.stderr)
     gate = argv[:1] == ["gate"]
-    wants_document = gate and any(
-        a == "--json=-" or (a == "--json" and argv[i + 1:i + 2] == ["-"]) for i, a in enumerate(argv))
-    if wants_document or (gate and "--npd" in argv):
+    wants_document = gate and _value(argv, "--json") == "-"
+    verdict_file = _value(argv, "--verdict") if gate else None
+    if wants_document or verdict_file or (gate and "--npd" in argv):
         from ..engine.options import INJECT_ENV
         from ..outputs import node
 
+        document = json.dumps(node.unknown(message), indent=2)
+        if verdict_file:  # in place of the start record, or where the error came before it was written
+            from ..outputs.storage import write_atomic
+
+            try:
+                write_atomic(Path(verdict_file), document + "\n")
+            except OSError as exc:
+                if f"--verdict {verdict_file}: cannot write" not in message:  # said once, whichever came first
+                    print(f"rocmcheck: --verdict {verdict_file}: cannot write ({exc.strerror or exc})",
+                          file=sys.stderr)
         if wants_document:
-            print(json.dumps(node.unknown(message), indent=2), flush=True)
-        else:
+            print(document, flush=True)
+        elif "--npd" in argv:
             print(node.npd_unknown(message, os.environ.get(INJECT_ENV, "")), flush=True)
     return int(ExitCode.USAGE)
+
+
+def _value(argv: List[str], flag: str) -> Optional[str]:
+    """The last value of `flag` (`--flag V` or `--flag=V`) in an argv that may not parse."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg[len(flag) + 1:]
+    return found

@@ -29,7 +29,7 @@ def add_run_options(p: argparse.ArgumentParser, command: str) -> None:
     """The options of every command that runs probes (run, gate, report, doctor), with the flag of
     each output `command` offers."""
     add_selection(p)
-    add_to_argparse(p, "device", "isolation", "timeout", "first_use_timeout", "deadline", "inject")
+    add_to_argparse(p, "device", "isolation", "timeout", "first_use_timeout", "deadline", "killed_after", "inject")
     p.add_argument("--out-dir", type=Path, default=Path("reports"), metavar="DIR",
                    help="where the journal, JSON and Markdown go (default: reports/)")
     add_to_argparse(p, "expect_gpus", "slow_gpu")

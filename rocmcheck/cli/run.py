@@ -5,7 +5,9 @@ import argparse
 import contextlib
 import json
 import os
-from typing import Any, Iterator
+import sys
+from pathlib import Path
+from typing import Any, Dict, Iterator
 
 from .. import registry
 from ..engine.options import INJECT_ENV, add_to_argparse
@@ -14,7 +16,7 @@ from ..errors import TorchMissing, UsageError
 from ..model import ExitCode, node_status
 from ..outputs.render import counts_line, failing_line, injected, known_issue_lines
 from ..outputs.runtext import terminal_matrix
-from ..outputs.storage import report_json, write_recorded
+from ..outputs.storage import remove_stale_temps, report_json, write_atomic, write_problem, write_recorded
 from ..records import Report
 from .common import add_run_options, closing_line, execute, files, files_line, for_people, json_to_stdout, run_options
 
@@ -31,6 +33,11 @@ def register(sub: Any) -> None:
     p.add_argument("--npd", action="store_true",
                    help="a node-problem-detector custom plugin: exit 0 GO, 1 NO-GO, 2 UNKNOWN, and one line of at "
                         "most 80 bytes on stdout (the condition's message); everything else goes to stderr")
+    p.add_argument("--verdict", type=Path, default=None, metavar="PATH",
+                   help="write the node verdict (as --json - does) to PATH: first, before anything else, an UNKNOWN "
+                        "record that says when the gate started, replaced atomically by the verdict, so a gate "
+                        "killed outright (Slurm's PrologEpilogTimeout) still leaves a valid verdict; temporary files "
+                        "of killed writers in PATH's folder and the --out-dir are removed")
     p.set_defaults(func=cmd_gate)
 
 
@@ -73,6 +80,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
     if args.npd and json_to_stdout(args):
         raise UsageError("--npd and --json - both write to stdout; name a file for --json")
+    if args.verdict is not None:
+        start_verdict(args.verdict, args.out_dir)
     with unknown_metrics(args):
         opts = run_options(args, "gate", profile="gate")
         specs = registry.load_all(opts.probes_paths)
@@ -89,12 +98,38 @@ def cmd_gate(args: argparse.Namespace) -> int:
     closing = closing_line(report, f"this {node_status(code)}")
     if closing:
         print(closing, file=human)
-    if json_to_stdout(args):
+    if json_to_stdout(args) or args.verdict is not None:
         written = {name: str(path) for name, path in files(report, opts).items()}
-        print(json.dumps(node.verdict(report, code, written), indent=2, default=str), flush=True)
+        text = json.dumps(node.verdict(report, code, written), indent=2, default=str)
+        if args.verdict is not None:
+            keep_verdict(args.verdict, text)
+        if json_to_stdout(args):
+            print(text, flush=True)
     if args.npd:
         print(node.npd_line(report, code), flush=True)
     return code
+
+
+def start_verdict(path: Path, out_dir: Path) -> None:
+    """`gate --verdict PATH`, first thing: the folders' stale temporary files (of writers killed
+    half-way) removed, then PATH holds the UNKNOWN start record until the gate ends. A PATH that
+    cannot be written is bad input: a verdict file is what the caller reads."""
+    from ..outputs import node
+
+    for folder in dict.fromkeys([path.parent, out_dir]):
+        remove_stale_temps(folder)
+    try:
+        write_atomic(path, json.dumps(node.started(), indent=2) + "\n")
+    except OSError as exc:
+        raise UsageError(f"--verdict {path}: cannot write ({exc.strerror or exc})") from None
+
+
+def keep_verdict(path: Path, text: str) -> None:
+    """The verdict in place of the start record (atomically); where it cannot be written, one line:
+    the exit code is the verdict, and the file still says UNKNOWN, never a stale GO."""
+    unwritten: Dict[str, str] = {}
+    if not write_recorded(unwritten, "verdict", path, lambda: text + "\n"):
+        print(f"rocmcheck: {write_problem(unwritten)}", file=sys.stderr, flush=True)
 
 
 def gate_screen(report: Report, code: int) -> str:

@@ -528,6 +528,8 @@ class Runner:
         own kill, which leaves nothing. A real signal (SIGALRM), because only a signal wakes a
         main thread blocked in a wait; the timer is off again before the outputs are written."""
         budget = self.opts.deadline
+        if self.opts.deadline_why:  # set or lowered by --killed-after: said now, and kept in the verdict's notes
+            self.note(self.opts.deadline_why)
         if budget is None or not in_main:  # the commands run in the main thread; signals reach only it
             yield
             return

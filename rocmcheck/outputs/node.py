@@ -87,6 +87,15 @@ def unknown(error: str) -> Dict[str, Any]:
     return {**_head(ExitCode.USAGE, drain_reason("UNKNOWN", error)), "error": error, "failing": []}
 
 
+def started() -> Dict[str, Any]:
+    """The record `gate --verdict FILE` writes before anything else (UNKNOWN, partial): replaced
+    atomically by the verdict when the gate ends, so a gate killed before it could write one (Slurm
+    sends SIGKILL 10 ms after SIGTERM at PrologEpilogTimeout; the OOM killer) still leaves a valid
+    verdict that names its job and when it started."""
+    error = f"started at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, not finished: killed or still running"
+    return {**unknown(error), "partial": True}
+
+
 def drain_reason(status: str, what: str = "", others: int = 0, message: str = "",
                  drill: Optional[List[str]] = None) -> str:
     """The verdict in one line a scheduler keeps as a node's reason (`one_line`, at most

@@ -22,17 +22,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import psutil
+
 from ..errors import UsageError
 from ..jsonsafe import jsonsafe
 from ..records import SCHEMA, SCHEMA_MAJOR, Report
+
+
+def host_token() -> str:
+    """This host's short name, safe in a file name (letters, digits, '-')."""
+    return re.sub(r"[^A-Za-z0-9-]+", "-", socket.gethostname().split(".")[0]).strip("-")[:32] or "host"
 
 
 def new_run_id() -> str:
     """Sortable by time, unique across hosts: date-time, host name, pid, a random part.
     Two containers whose entrypoint is PID 1, started in the same second on different
     nodes (or on the same one), still get different ids."""
-    host = re.sub(r"[^A-Za-z0-9-]+", "-", socket.gethostname().split(".")[0]).strip("-")[:32] or "host"
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{host}-{os.getpid()}-{secrets.token_hex(3)}"
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{host_token()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 def journal_path(out_dir: Path, run_id: str) -> Path:
@@ -117,9 +123,11 @@ class Journal:
 def write_atomic(path: Path, text: str, replace: bool = True) -> None:
     """Write `text` to `path` so that readers see the old file (or none) or the whole new one.
     `replace=False` publishes only if no file has the name (FileExistsError otherwise): a
-    run's own files never replace another run's."""
+    run's own files never replace another run's. The temporary file is named by its writer
+    (`.NAME.HOST-PID.RANDOM.tmp`), so one left by a writer killed half-way (SIGKILL) is known for
+    stale once that process is gone (`remove_stale_temps`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+    tmp = path.parent / f".{path.name}.{host_token()}-{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask decides, as for any tool
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -139,6 +147,38 @@ def write_atomic(path: Path, text: str, replace: bool = True) -> None:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+# a writer's temporary file: `write_atomic`'s, or the Slurm prolog recipe's (no random part)
+_TEMP = re.compile(r"\..+\.(?P<host>[A-Za-z0-9-]+)-(?P<pid>[0-9]+)(\.[0-9a-f]+)?\.tmp")
+STALE_TEMP_AGE_S = 3600.0  # a temporary file this old is stale whoever wrote it (another host's, a reused PID)
+
+
+def remove_stale_temps(folder: Path) -> List[Path]:
+    """Remove the temporary files in `folder` (not below it) that no writer will finish: this
+    host's whose writer process is gone (a run killed half-way, as Slurm kills a prolog at its
+    PrologEpilogTimeout), and any older than STALE_TEMP_AGE_S (a shared folder's other hosts, whose
+    processes cannot be seen from here). Best effort: the removed files; a folder that is not
+    there, or a file another cleaner removed first, is no error."""
+    removed: List[Path] = []
+    here = host_token()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        found = _TEMP.fullmatch(entry.name)
+        if not found or not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            old = time.time() - entry.stat(follow_symlinks=False).st_mtime > STALE_TEMP_AGE_S
+            gone = found["host"] == here and not psutil.pid_exists(int(found["pid"]))
+            if old or gone:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except OSError:
+            continue
+    return removed
 
 
 def _replace(tmp: Path, path: Path) -> None:
