@@ -285,7 +285,7 @@ def test_the_full_gpu_plan_keeps_every_coverage_class_within_its_budget(monkeypa
 
     transfer = probe_module("transfer")
     monkeypatch.setattr(transfer, "largest_bytes", lambda ctx: transfer.LARGEST["gpu"][1])
-    cases = transfer.plan(rocmcheck.ProbeContext(device="cuda:0", profile="full"))
+    cases = transfer.plan(rocmcheck.ProbeContext(device="cuda:0", profile="full", level=2))
     for size in (4 << 10, MIB, 64 * MIB):
         assert {(c.dtype, c.contiguous) for c in cases if c.nbytes == size} == {
             (dtype, contiguous) for dtype in numeric.PATTERN_DTYPES for contiguous in (True, False)}
@@ -293,7 +293,7 @@ def test_the_full_gpu_plan_keeps_every_coverage_class_within_its_budget(monkeypa
     assert largest.nbytes // numeric.Pattern.itemsize(largest.dtype) > 2**31 and largest.nbytes > 2**32
     assert sum(c.nbytes * c.repeats for c in cases) <= 12.6 * 2**30
     monkeypatch.setattr(transfer, "largest_bytes", lambda ctx: 3 << 30)  # memory allows less: the largest that fits
-    assert max(c.nbytes for c in transfer.plan(rocmcheck.ProbeContext(device="cuda:0", profile="full"))) == 3 << 30
+    assert max(c.nbytes for c in transfer.plan(rocmcheck.ProbeContext(device="cuda:0", profile="full", level=2))) == 3 << 30
 
 
 def test_largest_copy_is_sized_by_the_cgroup_and_a_bad_one_fails_in_time(rocm_run, tmp_path):
