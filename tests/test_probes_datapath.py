@@ -293,7 +293,8 @@ def test_the_full_gpu_plan_keeps_every_coverage_class_within_its_budget(monkeypa
     assert largest.nbytes // numeric.Pattern.itemsize(largest.dtype) > 2**31 and largest.nbytes > 2**32
     assert sum(c.nbytes * c.repeats for c in cases) <= 12.6 * 2**30
     monkeypatch.setattr(transfer, "largest_bytes", lambda ctx: 3 << 30)  # memory allows less: the largest that fits
-    assert max(c.nbytes for c in transfer.plan(rocmcheck.ProbeContext(device="cuda:0", profile="full", level=2))) == 3 << 30
+    heavy = rocmcheck.ProbeContext(device="cuda:0", profile="full", level=2)  # the full plan: level 2 and 3
+    assert max(c.nbytes for c in transfer.plan(heavy)) == 3 << 30
 
 
 def test_largest_copy_is_sized_by_the_cgroup_and_a_bad_one_fails_in_time(rocm_run, tmp_path):
