@@ -228,7 +228,7 @@ def big_copy(ctx):
     timeout=120,
     # a fresh interpreter per setting (its env): import torch and runtime init, then 64 cycles, 4.8-5.4 s measured
     # at the gate's cycles on an H100 and an H200; 200 cycles 12-15 s
-    budget={1: 10.0, 2: 25.0},
+    budget={1: 8.0, 2: 25.0},
     gate=lambda params: params["setting"] == "default",
     requires={"gpu": True},
     variants={"setting": list(SETTINGS)},

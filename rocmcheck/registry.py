@@ -76,7 +76,7 @@ def probe(
     `ctx.baseline`; such a probe runs last on its device (counters before/after).
     `budget` is what one variant may cost per GPU, in seconds, host setup included: a number for every
     level, `{level: seconds}`, or a function of the variant's parameters returning either (`model.budget_at`;
-    default `model.DEFAULT_BUDGET_S`); a variant with a level gets its level's work on top. Going over it is
+    default `model.DEFAULT_BUDGET_S`, 2 s); a variant with a level gets its level's work on top. Going over it is
     named in the report, not a failure.
     """
     for name in removed:

@@ -22,10 +22,10 @@ from rocmcheck.registry import load_all
 
 
 def test_a_budget_is_a_number_a_mapping_by_level_or_a_function_of_the_parameters():
-    assert budget_at(None, {}, 1) == DEFAULT_BUDGET_S[1] and budget_at(None, {}, 3) == DEFAULT_BUDGET_S[3]
+    assert budget_at(None, {}, 1) == DEFAULT_BUDGET_S and budget_at(None, {}, 3) == DEFAULT_BUDGET_S
     assert budget_at(7.5, {}, 2) == 7.5
     assert [budget_at({1: 8.0, 2: 120.0}, {}, n) for n in (1, 2, 3)] == [8.0, 120.0, 120.0]  # 3 takes 2's
-    assert budget_at({2: 60.0}, {}, 1) == DEFAULT_BUDGET_S[1]  # no level at or below 1: the default
+    assert budget_at({2: 60.0}, {}, 1) == DEFAULT_BUDGET_S  # no level at or below 1: the default
     by_backend = lambda p: 12.0 if p["backend"] == "cudnn" else {1: 3.0}  # noqa: E731
     assert (budget_at(by_backend, {"backend": "cudnn"}, 1), budget_at(by_backend, {"backend": "math"}, 1)) == (12, 3)
 
@@ -37,7 +37,7 @@ def test_a_variant_with_a_level_is_given_its_levels_work_on_top_of_its_declared_
         declared = budget_at(sdc.budget, {"level": level}, level)
         assert sdc.cost_budget({"level": level}, level) == pytest.approx(declared + LEVEL_BUDGETS_S[level])
     assert sdc.cost_budget({"level": 2}, 2, duration=30.0) == pytest.approx(budget_at(sdc.budget, {}, 2) + 30.0)
-    assert specs["device-smoke"].cost_budget({}, 1) == DEFAULT_BUDGET_S[1]  # no level, nothing declared
+    assert specs["device-smoke"].cost_budget({}, 1) == DEFAULT_BUDGET_S  # no level, nothing declared
 
 
 def test_every_builtin_variant_has_a_positive_budget_at_every_level_and_heavy_ones_grow_with_the_level():
