@@ -82,6 +82,7 @@ def test_on_real_gpus_every_step_runs_under_its_deadline_and_the_summary_says_ho
     assert capsys.readouterr().out.endswith(expected)
 
 
+@pytest.mark.children  # a real process, killed at its deadline
 def test_a_step_past_its_deadline_is_killed_and_counts_as_not_expected(monkeypatch, tmp_path):
     step = hardware.Step("sleeper", [sys.executable, "-c", "import time; time.sleep(30)"], 1, (0,), "sleeps",
                          reports=False)
