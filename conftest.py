@@ -47,7 +47,7 @@ def probe_module(name: str):
 def run_probes(probe: str = "*", inject: str = "", device: str = "cpu", isolation: Optional[str] = None,
                timeout: Optional[float] = None, keyword: str = "", probes_path: List[str] = (),
                env: Optional[Dict[str, str]] = None, profile: str = "full",
-               gate_only: bool = False, first_use_timeout: Optional[float] = None) -> List[dict]:
+               gate_only: bool = False, first_use_timeout: Optional[float] = None, level: int = 1) -> List[dict]:
     """Run probes through the real runner (children, watchdog) and return verdict dicts."""
     from rocmcheck import registry
     from rocmcheck.engine.options import RunOptions, default_isolation
@@ -58,7 +58,7 @@ def run_probes(probe: str = "*", inject: str = "", device: str = "cpu", isolatio
     variants = select(specs, [probe], keyword, gate_only=gate_only)
     opts = RunOptions(device=device, isolation=isolation or default_isolation(), inject=inject, timeout=timeout,
                       first_use_timeout=first_use_timeout, probes_paths=list(probes_path),
-                      env=dict(env or {}), profile=profile, write_files=False)
+                      env=dict(env or {}), profile=profile, write_files=False, level=level)
     return Runner(opts).run(variants).to_dict()["verdicts"]  # as the JSON report holds them
 
 

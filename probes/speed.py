@@ -169,6 +169,7 @@ def measure_memory(ctx: rocmcheck.ProbeContext) -> None:
     targets="a GPU at a fraction of its speed (clocks, power, a wrong BLAS path, slow memory) that computes right",
     links=LINKS,
     timeout=180,
+    budget={1: 5.0, 2: 20.0},  # up to 5 figures of BUDGET_S timed seconds each, plus warm-up and kernel choice
     gate=True,
 )
 def speed(ctx: rocmcheck.ProbeContext) -> None:

@@ -80,6 +80,13 @@ class ProbeContext:
     started: float = field(default_factory=time.time)  # wall clock when the task started: deadlines run from here
     budget_s: Optional[float] = None  # a variant with a level: its seconds of work from `started` (`--level`,
     # `--duration`); None for the others
+    level: int = 1  # the run's `--level`: 1 (the gate's, and `run`'s default) keeps every probe within seconds
+
+    @property
+    def heavy(self) -> bool:
+        """Whether the probe runs its heavy profile (transfer's full sizes, the allocator's long cycles): a full
+        run at `--level 2` or 3. Level 1, the gate and `run` by default, keeps to sizes that take seconds."""
+        return self.full and self.level >= 2
 
     @property
     def on_gpu(self) -> bool:

@@ -24,7 +24,7 @@ def _gpu_already_initialised() -> bool:
 def gate(device: str = "auto", require: Iterable[str] = (), timeout: Optional[float] = None,
          inject: str = "", probes_path: Iterable[str] = (), out_dir: Optional[str] = None,
          isolation: Optional[str] = None, verbose: bool = True,
-         expect_gpus: Optional[int] = None, slow_gpu: Optional[str] = None) -> List[Verdict]:
+         expect_gpus: Optional[int] = None, slow_gpu: Optional[str] = None, keep_going: bool = False) -> List[Verdict]:
     """Run the gate probes in isolated children and return their verdicts on GO.
 
     Raises `rocmcheck.GateFailed` (with `.verdicts`) on NO-GO, and KeyboardInterrupt when the gate was
@@ -32,7 +32,8 @@ def gate(device: str = "auto", require: Iterable[str] = (), timeout: Optional[fl
     process initialised the GPU: children are then spawned fresh, never forked.
     Writes no report files unless `out_dir` is given. `expect_gpus` fails the gate when torch
     sees fewer GPUs (a node in a fleet whose GPU count is known); `slow_gpu="nogo"` fails it when a GPU
-    is slower than the node's others of its model (by default that warns). As the command, an argument
+    is slower than the node's others of its model (by default that warns). As the command, a GPU's
+    probes stop at its first failing verdict unless `keep_going` (the other GPUs' run on); and, an argument
     not given is read from the environment ($ROCMCHECK_INJECT, $ROCMCHECK_EXPECT_GPUS, $ROCMCHECK_SLOW_GPU).
     """
     if isolation is None and _gpu_already_initialised():
@@ -42,7 +43,7 @@ def gate(device: str = "auto", require: Iterable[str] = (), timeout: Optional[fl
                   named="rocmcheck.gate({name}=...)")
     out = Path(out_dir) if out_dir is not None else None
     options = RunOptions.build(given, folders={"rocmcheck.gate(out_dir=...)": out}, profile="gate", command="gate",
-                               write_files=out is not None, out_dir=out or Path("reports"))
+                               write_files=out is not None, out_dir=out or Path("reports"), keep_going=keep_going)
     variants = gate_variants(registry.load_all(options.probes_paths), require)
     say = (lambda v: print(f"rocmcheck gate: {v.status.value.upper():>5} {v.variant}", file=sys.stderr)) \
         if verbose else None

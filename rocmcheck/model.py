@@ -134,6 +134,35 @@ class DeviceInfo:
 
 ProbeFn = Callable[..., None]
 
+# Levels, as DCGM's diagnostics (seconds, about two minutes, a burn-in): the seconds of sustained work per GPU
+# of a variant whose parameters hold `level` (`--level N` chooses them; the gate runs level 1); `--duration`
+# replaces the budget of levels 2 and 3. The runner gives a variant its budget (`ctx.budget_s`) beyond its timeout,
+# and its cost budget (`ProbeSpec.cost_budget`) is that work plus what its probe declares beyond it.
+LEVEL_BUDGETS_S: Dict[int, float] = {1: 2.0, 2: 120.0, 3: 900.0}
+
+# What one variant of a probe that declares no `budget=` may cost per GPU, at every level, host setup included
+# (seconds). On one H100 and one H200 (reports/hardware/ 2026-11-25, shared/measurements 2026-11-28) the variants
+# of such probes took 0.003-2.1 s each from their start marker (config lint, numerics, attention-model, training,
+# hf-training, pcie-link, conv, device smoke), the GPU runtime init that a worker's first variant pays besides
+# 0.3-4 s; 2 s holds a typical one, and a probe that needs more (or more at level 2 and 3) declares it.
+DEFAULT_BUDGET_S = 2.0
+
+# `@rocmcheck.probe(budget=...)`: seconds per GPU for every level, or {level: seconds} (a level left out takes the
+# nearest lower one's, then the default), or a function of a variant's parameters that returns either.
+Budget = Union[float, Mapping[int, float], Callable[[Mapping[str, Any]], Union[float, Mapping[int, float]]]]
+
+
+def budget_at(declared: Optional[Budget], params: Mapping[str, Any], level: int) -> float:
+    """The seconds `declared` gives a variant with `params` at `level`: its own value, else the nearest lower
+    level's, else `DEFAULT_BUDGET_S`."""
+    given = declared(params) if callable(declared) else declared
+    if given is None:
+        return DEFAULT_BUDGET_S
+    if not isinstance(given, Mapping):
+        return float(given)
+    lower = [n for n in given if n <= level]
+    return float(given[max(lower)]) if lower else DEFAULT_BUDGET_S
+
 
 class RunsIn(str, enum.Enum):
     """Where a probe's variants run (`@rocmcheck.probe(runs_in=...)`), cheapest first; docs/isolation.md §13.
@@ -171,9 +200,23 @@ class ProbeSpec:
     # read once in the parent before the run's first probe; the probe gets it as `ctx.baseline`
     # and runs after every other probe of its device, so it can compare before with after
     baseline: Optional[Callable[[], Any]] = field(default=None, compare=False)
+    budget: Optional[Budget] = field(default=None, compare=False)  # cost per GPU per variant: `budget_at`
+
+    def cost_budget(self, params: Mapping[str, Any], level: int, duration: Optional[float] = None) -> float:
+        """What one variant with `params` may cost per GPU at run level `level`, host setup included: the
+        declared budget, plus the seconds of work a variant with a level is given (`level_budget`)."""
+        return round(budget_at(self.budget, params, level) + (level_budget(params, duration) or 0.0), 3)
 
     def expand(self) -> List["Variant"]:
         return [Variant(self, dict(p)) for p in self.variants]
+
+
+def level_budget(params: Mapping[str, Any], duration: Optional[float] = None) -> Optional[float]:
+    """The seconds of work a variant with parameters `params` is given (None: it has no level)."""
+    level = params.get("level")
+    if level is None:
+        return None
+    return duration if duration is not None and level > 1 else LEVEL_BUDGETS_S[level]
 
 
 def variant_id(probe_id: str, params: Mapping[str, Any]) -> str:
@@ -221,6 +264,44 @@ def expand_variants(variants: Union[None, Mapping[str, Sequence[Any]], Sequence[
     return out or ({},)
 
 
+# How a gate's skip begins where it did not run a variant because the GPU's NO-GO was already decided (a failing
+# verdict on that GPU; `gate --keep-going` runs everything)
+NOT_RUN_DECIDED = "not run: the gate's NO-GO on"
+
+
+@dataclass(frozen=True)
+class VariantCost:
+    """What one variant cost per GPU against its budget (issue 39: budgets by design), split where the time
+    went: `setup_s` is its wall time outside the probe's own call (a child's start, imports, GPU runtime init,
+    collecting the result, and a re-run alone that confirms a bad verdict), `first_use_s` the probe's first
+    call (`ctx.first_use()`: compilation, kernel search), `work_s` the rest of the probe's call. A variant
+    over its budget is named in every report, and is not a failure: it says where a gate's seconds go."""
+
+    setup_s: float
+    first_use_s: float
+    work_s: float
+    budget_s: float
+
+    @property
+    def total_s(self) -> float:
+        return round(self.setup_s + self.first_use_s + self.work_s, 4)
+
+    @property
+    def over_budget(self) -> bool:
+        return self.total_s > self.budget_s
+
+    def to_dict(self) -> Dict[str, float]:
+        return {**asdict(self), "total_s": self.total_s}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Optional["VariantCost"]:
+        """None for anything that is not a cost record (older reports have none)."""
+        try:
+            return cls(*(float(data[key]) for key in ("setup_s", "first_use_s", "work_s", "budget_s")))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
 @dataclass
 class Verdict:
     """The outcome of one variant, with the evidence a maintainer needs."""
@@ -238,10 +319,14 @@ class Verdict:
     device: Dict[str, Any] = field(default_factory=dict)  # the GPU it ran on: name, index, PCI address, UUID
     # entries that match this verdict but whose scope the run's other verdicts rule out: id, title, why
     unfit_issues: List[Dict[str, Any]] = field(default_factory=list)
+    cost: Optional[VariantCost] = None  # what it cost against its budget (None: not run, or an older report)
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value
+        data.pop("cost")
+        if self.cost is not None:
+            data["cost"] = self.cost.to_dict()
         return data
 
     @classmethod
@@ -249,6 +334,7 @@ class Verdict:
         known = {f for f in cls.__dataclass_fields__}  # newer minor versions may add fields
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["status"] = Status(data["status"])
+        kwargs["cost"] = VariantCost.from_dict(data.get("cost"))
         return cls(**kwargs)
 
 

@@ -21,7 +21,8 @@ SCHEMA_MAJOR = 1
 
 # The types every reader (matrix, diff, report, doctor, the plugin's baseline) relies on.
 VERDICT_TYPES = {"probe": str, "params": dict, "message": str, "duration_s": (int, float), "measurements": dict,
-                 "evidence": dict, "known_issues": list, "env": dict, "device": dict, "unfit_issues": list}
+                 "evidence": dict, "known_issues": list, "env": dict, "device": dict, "unfit_issues": list,
+                 "cost": dict}
 EVIDENCE_TYPES = {**{key: str for key in ("stack", "traceback", "output_tail", "signal", "exit")},
                   "signatures": list, "faults_injected": list}
 ISSUE_TYPES = {"id": str, "links": list, "title": str, "workaround": str, "why": str}
@@ -52,6 +53,73 @@ def verdict_from(record: Any) -> Optional[Verdict]:
         data[key] = [_typed(i, ISSUE_TYPES) for i in data.get(key, []) if isinstance(i, dict)]
     data.setdefault("probe", "")  # reports from before probe ids were recorded: readers derive it from the variant
     return Verdict.from_dict(data)
+
+
+COST_SECTION = "cost"  # Report.sections[COST_SECTION]: RunCost.to_dict()
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """A run's wall time against the sum of its variants' budgets (issue 39), the report's `cost` section.
+
+    The GPUs' queues run at once, so the budget is per GPU: the largest sum of the budgets of the variants
+    that one device ran (a node-wide probe counts on the first). `outside_s` is the wall time in no variant:
+    the process's imports and start, the device facts, the zygote, the node's judgements, the report."""
+
+    wall_s: float  # from the process's start (the commands; else the run's start) to the last verdict
+    in_variants_s: float  # wall time inside at least one variant
+    budget_s: float
+    setup_s: float  # the variants' sums, over every device
+    first_use_s: float
+    work_s: float
+    over: List[Dict[str, Any]] = field(default_factory=list)  # variant, device, total_s, budget_s
+
+    @property
+    def outside_s(self) -> float:
+        return round(max(self.wall_s - self.in_variants_s, 0.0), 3)
+
+    @classmethod
+    def of(cls, verdicts: List[Verdict], wall_s: float, in_variants_s: float) -> "RunCost":
+        per_device: Dict[str, float] = {}
+        over = []
+        for v in verdicts:
+            if v.cost is None:
+                continue
+            where = str(v.device.get("name", "cpu"))
+            per_device[where] = per_device.get(where, 0.0) + v.cost.budget_s
+            if v.cost.over_budget:
+                over.append({"variant": v.variant, "device": where, "total_s": v.cost.total_s,
+                             "budget_s": v.cost.budget_s})
+        costs = [v.cost for v in verdicts if v.cost is not None]
+        setup, first_use, work = (round(sum(getattr(c, part) for c in costs), 3)
+                                  for part in ("setup_s", "first_use_s", "work_s"))
+        return cls(round(wall_s, 3), round(in_variants_s, 3), round(max(per_device.values(), default=0.0), 3),
+                   setup, first_use, work, over)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "outside_s": self.outside_s}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Optional["RunCost"]:
+        """None for a report without one (older versions, a foreign value)."""
+        try:
+            wall, inside, budget, setup, first_use, work = (float(data[f.name]) for f in fields(cls)
+                                                            if f.name != "over")
+            over = [dict(o) for o in data.get("over") or [] if isinstance(o, dict)]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        return cls(wall, inside, budget, setup, first_use, work, over)
+
+    def text(self) -> str:
+        """One line for people: the wall time against the budget, where it went, and each variant over its own."""
+        line = (f"time: {self.wall_s:.1f}s wall against a budget of {self.budget_s:.1f}s per GPU; in variants "
+                f"{self.in_variants_s:.1f}s (setup {self.setup_s:.1f}s, first use {self.first_use_s:.1f}s, work "
+                f"{self.work_s:.1f}s, summed over GPUs), outside any variant {self.outside_s:.1f}s")
+        if self.over:
+            named = ", ".join(f"{o['variant']} on {o['device']} ({o['total_s']:.1f}s of {o['budget_s']:g}s)"
+                              for o in self.over)
+            line += f"\nover budget (not a failure): {named}"
+        return line
 
 
 BEFORE_FIRST = "before the first probe"  # RunInfo.interrupted where no probe had started

@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from .errors import UsageError
-from .model import ProbeFn, ProbeSpec, Requires, RunsIn, expand_variants
+from .model import Budget, ProbeFn, ProbeSpec, Requires, RunsIn, expand_variants
 
 PROBES_PATH_ENV = "ROCMCHECK_PROBES_PATH"
 BUILTIN = "rocmcheck.probes"
@@ -50,6 +50,7 @@ def probe(
     preload: Sequence[str] = (),
     per_device: bool = True,
     baseline: Optional[Callable[[], Any]] = None,
+    budget: Optional[Budget] = None,
     **removed: Any,
 ) -> Any:
     """Register `func(ctx, **params)` as a probe: `@rocmcheck.probe` bare, or with arguments.
@@ -73,6 +74,10 @@ def probe(
     (host checks, and multi-GPU probes that choose their own devices).
     `baseline()` is read once before the run's first probe and handed to the probe as
     `ctx.baseline`; such a probe runs last on its device (counters before/after).
+    `budget` is what one variant may cost per GPU, in seconds, host setup included: a number for every
+    level, `{level: seconds}`, or a function of the variant's parameters returning either (`model.budget_at`;
+    default `model.DEFAULT_BUDGET_S`, 2 s); a variant with a level gets its level's work on top. Going over it is
+    named in the report, not a failure.
     """
     for name in removed:
         if name in _RUNS_IN_WAS:
@@ -98,6 +103,7 @@ def probe(
             id=probe_id, title=title or doc.splitlines()[0], targets=targets, func=func, module=func.__module__,
             links=tuple(links), timeout=float(timeout), gate=gate, requires=req, variants=expand_variants(variants),
             runs_in=where, env=env, preload=tuple(preload), per_device=per_device, baseline=baseline,
+            budget=budget,
         )
         existing = _REGISTRY.get(probe_id)
         if existing is not None and existing.module != spec.module:

@@ -19,11 +19,10 @@ from typing import Any, Dict, Optional, Tuple
 
 from . import faults, registry, torchapi
 from .context import ProbeContext
-from .engine.options import level_budget
 from .engine.verdicts import outcome
 from .errors import UsageError
 from .lazy import torch
-from .model import DeviceInfo, Status
+from .model import DeviceInfo, Status, level_budget
 
 __all__ = ["InlineResult", "Status", "run_inline"]  # Status too: what a test compares a result with
 

@@ -2,8 +2,10 @@
 and never a run without one. The GPU query is replaced where a test needs a GPU this host may lack."""
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("hardware", ROOT / "scripts" / "hardware.py")
 hardware = importlib.util.module_from_spec(spec)
+sys.modules["hardware"] = hardware  # its dataclasses look their module up there
 spec.loader.exec_module(hardware)
 
 
@@ -31,31 +34,72 @@ def test_a_host_without_a_real_gpu_is_refused_in_one_line_and_nothing_is_written
     assert out.err.splitlines() == [why] and out.out == "" and not list(tmp_path.iterdir())
 
 
-def test_on_real_gpus_it_runs_the_full_suite_on_every_gpu_then_the_cuda_build_tests(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(hardware, "real_gpus", lambda: ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"])
+def test_the_plan_fits_eight_minutes_and_prints_every_step_with_its_deadline(capsys):
+    steps = hardware.plan()
+    assert sum(s.deadline_s for s in steps) <= hardware.PLAN_LIMIT_S == 480
+    assert [s.name for s in steps] == ["gate", "drill-bitflip", "drill-slow", "drill-copy-zeros", "run",
+                                       "cuda-build-tests"]
+    for step in steps[:5]:  # every rocmcheck step is bounded by its own --deadline, and writes its report
+        argv = step.command(Path("/r/nvidia-h100-2026-11-28"), "/tmp/j")
+        assert argv[argv.index("--deadline") + 1] == str(step.deadline_s)
+        assert argv[argv.index("--json") + 1] == f"/r/nvidia-h100-2026-11-28-{step.name}.json"
+    assert "--inject" not in steps[0].argv and "--level" not in steps[4].argv  # healthy, and the level-1 run
+    assert hardware.main(["--plan"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[-1] == " 480s  in all (at most 480s)"
+    assert "  35s  drill-bitflip" in printed and "--inject gpu-bitflip:0 --probe sdc" in printed
+
+
+@pytest.mark.parametrize("missed", [None, "drill-bitflip"])
+def test_on_real_gpus_every_step_runs_under_its_deadline_and_the_summary_says_how_each_came_out(
+        monkeypatch, tmp_path, capsys, missed):
+    """The drills must be NO-GO (or slow) on GPU 0; a drill that the machine passes is a step not as expected."""
+    monkeypatch.setattr(hardware, "real_gpus", lambda: ["NVIDIA H100 80GB HBM3"])
     monkeypatch.delenv("ROCMCHECK_INJECT", raising=False)
     calls = []
 
-    def call(argv, env=None):
-        calls.append((argv, env))
-        if "run" in argv:  # what rocmcheck run writes where it is told
-            Path(argv[argv.index("--json") + 1]).write_text("{}")
-            Path(argv[argv.index("--md") + 1]).write_text("# rocmcheck run\n")
-            return subprocess.CompletedProcess(argv, 1, "1 fail, 80 pass\n")
+    def call(argv, env=None, timeout=None):
+        calls.append((argv, env, timeout))
+        if "--json" in argv:  # what rocmcheck writes where it is told: a drill fails on GPU 0, unless missed
+            path = Path(argv[argv.index("--json") + 1])
+            caught = "--inject" in argv and not path.name.endswith(f"{missed}.json")
+            path.write_text(json.dumps({"verdicts": [{"status": "fail" if caught else "pass",
+                                                      "device": {"name": "cuda:0"}}]}))
+            return subprocess.CompletedProcess(argv, 1 if caught else 0, "NO-GO\n" if caught else "GO\n")
         return subprocess.CompletedProcess(argv, 0, "....\n7 passed in 9.1s\n")
 
     monkeypatch.setattr(hardware, "call", call)
-    assert hardware.main(["--out", str(tmp_path)]) == 1  # the run's own exit: a bad verdict
+    assert hardware.main(["--out", str(tmp_path)]) == (1 if missed else 0)
     stem = tmp_path / f"nvidia-h100-80gb-hbm3-{datetime.date.today().isoformat()}"
-    (run, _), (tests, hidden) = calls
-    assert run[:6] == [sys.executable, "-m", "rocmcheck", "run", "--device", "all"] and "--gate-only" not in run
-    assert run[run.index("--json") + 1] == f"{stem}.json" and run[run.index("--md") + 1] == f"{stem}.md"
-    assert Path(run[run.index("--out-dir") + 1]).parent != tmp_path  # the journal is not kept beside them
-    assert tests[-1] == "tests/test_cuda_build.py" and hidden["CUDA_VISIBLE_DEVICES"] == ""
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{stem.name}.json", f"{stem.name}.md"]
-    assert (tmp_path / f"{stem.name}.md").read_text().endswith(
-        "its GPUs hidden: 7 passed in 9.1s (exit 0).\n")
-    assert capsys.readouterr().out.endswith(f"wrote {stem}.json and {stem}.md\n")
+    assert [timeout for _, _, timeout in calls] == [s.deadline_s + hardware.STOP_MARGIN_S for s in hardware.plan()]
+    assert calls[-1][0][-1] == "tests/test_cuda_build.py" and calls[-1][1]["CUDA_VISIBLE_DEVICES"] == ""
+    table = Path(f"{stem}-summary.md").read_text()
+    assert table.count("| yes |") == (5 if missed else 6)
+    if missed:
+        assert f"| {missed} | 35 |" in table and "| **no** |" in table
+    said = f" (not: {missed})" if missed else ""
+    expected = f"{5 if missed else 6} of 6 steps as expected{said}; wrote {stem}-summary.md\n"
+    assert capsys.readouterr().out.endswith(expected)
+
+
+@pytest.mark.children  # a real process, killed at its deadline
+def test_a_step_past_its_deadline_is_killed_and_counts_as_not_expected(monkeypatch, tmp_path):
+    step = hardware.Step("sleeper", [sys.executable, "-c", "import time; time.sleep(30)"], 1, (0,), "sleeps",
+                         reports=False)
+    monkeypatch.setattr(hardware, "STOP_MARGIN_S", 1)
+    result = hardware.run_step(step, tmp_path / "x", str(tmp_path), hardware.call)
+    assert result["exit"] == 124 and result["as_expected"] is False and float(result["wall_s"]) < 10
+
+
+@pytest.mark.children
+@pytest.mark.parametrize("name", ["drill-bitflip", "drill-slow", "drill-copy-zeros"])
+def test_each_drill_is_caught_on_gpu_0_with_the_faults_that_work_on_a_real_device(tmp_path, name):
+    """The drills' faults (gpu-bitflip, slow-matmul, copy-zeros) patch torch's calls, so they act on a real
+    device as on these two simulated GPUs: each drill's step comes out as expected, named on GPU 0."""
+    (step,) = [s for s in hardware.plan(simulated="simgpu:2") if s.name == name]
+    step = dataclasses.replace(step, deadline_s=150)  # its deadline is a real GPU's; this host is shared and slow
+    result = hardware.run_step(step, tmp_path / "sim", str(tmp_path), hardware.call)
+    assert result["as_expected"], result
 
 
 def test_device_names_become_the_file_names_of_reports_hardware():

@@ -285,7 +285,7 @@ def test_the_full_gpu_plan_keeps_every_coverage_class_within_its_budget(monkeypa
 
     transfer = probe_module("transfer")
     monkeypatch.setattr(transfer, "largest_bytes", lambda ctx: transfer.LARGEST["gpu"][1])
-    cases = transfer.plan(rocmcheck.ProbeContext(device="cuda:0", profile="full"))
+    cases = transfer.plan(rocmcheck.ProbeContext(device="cuda:0", profile="full", level=2))
     for size in (4 << 10, MIB, 64 * MIB):
         assert {(c.dtype, c.contiguous) for c in cases if c.nbytes == size} == {
             (dtype, contiguous) for dtype in numeric.PATTERN_DTYPES for contiguous in (True, False)}
@@ -293,17 +293,19 @@ def test_the_full_gpu_plan_keeps_every_coverage_class_within_its_budget(monkeypa
     assert largest.nbytes // numeric.Pattern.itemsize(largest.dtype) > 2**31 and largest.nbytes > 2**32
     assert sum(c.nbytes * c.repeats for c in cases) <= 12.6 * 2**30
     monkeypatch.setattr(transfer, "largest_bytes", lambda ctx: 3 << 30)  # memory allows less: the largest that fits
-    assert max(c.nbytes for c in transfer.plan(rocmcheck.ProbeContext(device="cuda:0", profile="full"))) == 3 << 30
+    heavy = rocmcheck.ProbeContext(device="cuda:0", profile="full", level=2)  # the full plan: level 2 and 3
+    assert max(c.nbytes for c in transfer.plan(heavy)) == 3 << 30
 
 
 def test_largest_copy_is_sized_by_the_cgroup_and_a_bad_one_fails_in_time(rocm_run, tmp_path):
-    """Full profile on the CPU: the cgroup leaves 96 MiB, so the largest copy is a third of it; zeros
+    """Full profile on the CPU at level 2 (the largest copy is the heavy profile's): the cgroup leaves 96 MiB, so
+    the largest copy is a third of it; zeros
     on every copy end in FAIL well inside the timeout, the direction judged on a bounded window."""
     root = cgroup_tree(tmp_path, v2={"job/step": (400 * MIB, 304 * MIB)})
     env = {"ROCMCHECK_HOST_ROOT": str(root)}
-    (ok,) = rocm_run(probe="transfer", keyword="to-isolated", env=env)
+    (ok,) = rocm_run(probe="transfer", keyword="to-isolated", env=env, level=2)
     assert ok["status"] == "pass" and ok["measurements"]["largest_bytes"] == 32 * MIB
-    (bad,) = rocm_run(probe="transfer", keyword="to-isolated", env=env, inject="copy-zeros:to", timeout=120)
+    (bad,) = rocm_run(probe="transfer", keyword="to-isolated", env=env, inject="copy-zeros:to", timeout=120, level=2)
     m = bad["measurements"]
     assert bad["status"] == "fail" and m["largest_bytes"] == 32 * MIB and bad["duration_s"] < 120
     assert m["float32_bad_copies"] == m["float32_copies"] == 2 * 10 * 2 + 2  # 4 KiB and 1 MiB both ways, largest

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, TextIO
+from typing import Any, Dict, List, Optional, TextIO
 
 from .. import __version__
 from ..engine.options import OPTIONS, Given, RunOptions, add_to_argparse
@@ -43,16 +43,17 @@ def output_files(args: argparse.Namespace) -> Dict[str, Optional[Path]]:
     return {o.flag: getattr(args, f"output_{o.name}", None) for o in OUTPUTS}  # the flags its parser added
 
 
-def run_options(args: argparse.Namespace, command: str, profile: Optional[str] = None) -> RunOptions:
+def run_options(args: argparse.Namespace, command: str, profile: Optional[str] = None, **fixed: Any) -> RunOptions:
     """The runner's options from the command line (over the environment); bad values fail here,
-    before anything runs. `profile`: the command's own (gate), else --gate-only's."""
+    before anything runs. `profile`: the command's own (gate), else --gate-only's; `fixed`: fields no
+    option of the table sets (the gate's --keep-going). A command's wall time counts from the process's start."""
     named = {o.name: getattr(args, f"output_{o.name}", None) for o in OUTPUTS}
     return RunOptions.build(Given({name: getattr(args, name) for name in OPTIONS if hasattr(args, name)}),
                             folders={"--out-dir": args.out_dir}, files=output_files(args),
                             stdout=to_stdout(command), writable=[o.flag for o in OUTPUTS if o.must_write],
-                            profile=profile, command=command, out_dir=args.out_dir,
+                            profile=profile, command=command, out_dir=args.out_dir, timed_from_process_start=True,
                             named_files={name: path for name, path in named.items()
-                                         if path is not None and path != Path("-")})
+                                         if path is not None and path != Path("-")}, **fixed)
 
 
 def json_to_stdout(args: argparse.Namespace) -> bool:

@@ -13,9 +13,9 @@ from .. import registry
 from ..engine.options import INJECT_ENV, add_to_argparse
 from ..engine.selection import gate_variants, select
 from ..errors import TorchMissing, UsageError
-from ..model import ExitCode, node_status
-from ..outputs.render import counts_line, failing_line, injected, known_issue_lines
-from ..outputs.runtext import terminal_matrix
+from ..model import NOT_RUN_DECIDED, ExitCode, node_status
+from ..outputs.render import counts_line, failing_line, injected, known_issue_lines, on_gpu
+from ..outputs.runtext import cost_lines, terminal_matrix
 from ..outputs.storage import remove_stale_temps, report_json, write_atomic, write_problem, write_recorded
 from ..records import Report
 from .common import add_run_options, closing_line, execute, files, files_line, for_people, json_to_stdout, run_options
@@ -38,6 +38,10 @@ def register(sub: Any) -> None:
                         "record that says when the gate started, replaced atomically by the verdict, so a gate "
                         "killed outright (Slurm's PrologEpilogTimeout) still leaves a valid verdict; temporary files "
                         "of killed writers in PATH's folder and the --out-dir are removed")
+    p.add_argument("--keep-going", action="store_true",
+                   help="run every probe on every GPU: by default a GPU's queue stops at its first failing verdict "
+                        "(its NO-GO is decided), the probes it did not run are skips that say so, and the other "
+                        "GPUs finish")
     p.set_defaults(func=cmd_gate)
 
 
@@ -83,7 +87,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if args.verdict is not None:
         start_verdict(args.verdict, args.out_dir)
     with unknown_metrics(args):
-        opts = run_options(args, "gate", profile="gate")
+        opts = run_options(args, "gate", profile="gate", keep_going=args.keep_going)
         specs = registry.load_all(opts.probes_paths)
         variants = gate_variants(specs, args.require)
         if args.probe or args.keyword:
@@ -152,4 +156,9 @@ def gate_screen(report: Report, code: int) -> str:
     for slow in (report.sections.get("speed") or {}).get("slow_gpus") or []:
         if slow.get("status") != "fail":  # a failing one is listed above
             lines.append(f"  slow GPU (warn): {slow.get('message')}")
+    not_run = [v for v in report.verdicts if v.status.value == "skip" and v.message.startswith(NOT_RUN_DECIDED)]
+    if not_run:
+        lines.append(f"  not run, the NO-GO decided (gate --keep-going runs them): "
+                     f"{', '.join(v.variant + on_gpu(v.device, full=False) for v in not_run)}")
+    lines.extend(cost_lines(report))
     return "\n".join(lines)

@@ -147,7 +147,8 @@ def run_probe(task: Task, worker: Worker) -> TaskResult:
     task.files.mark_started()  # the probe's timeout runs from here, runtime init left out
     ctx = ProbeContext(device=task.device, requested_device=task.device_requested, profile=task.profile,
                        params=dict(task.params), timeout=task.timeout, device_facts=dict(task.device_facts),
-                       expect_gpus=task.expect_gpus, budget_s=task.budget_s, files=task.files)
+                       expect_gpus=task.expect_gpus, budget_s=task.budget_s, level=task.level,
+                       files=task.files)
     start = time.perf_counter()
     # a hang or crash the probe meets is installed inside it; every exception is a verdict, not our crash
     ended = ctx.call(spec.func, before=lambda: installed.extend(faults.install(requests, spec.id, in_probe=True)))

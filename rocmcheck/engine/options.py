@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import UsageError
+from ..model import LEVEL_BUDGETS_S
 from .killpolicy import KillPolicy
 
 ISOLATIONS = ("zygote", "spawn")
@@ -72,10 +73,6 @@ def whole(text: str) -> int:
     return int(text)
 
 
-# Levels, as DCGM's diagnostics (seconds, about two minutes, a burn-in): the seconds of sustained work per GPU
-# of a variant whose parameters hold `level` (`--level N` chooses them; the gate runs level 1); `--duration`
-# replaces the budget of levels 2 and 3. The runner gives a variant its budget (`ctx.budget_s`) beyond its timeout.
-LEVEL_BUDGETS_S: Dict[int, float] = {1: 2.0, 2: 120.0, 3: 900.0}
 MAX_DURATION_S = 7 * 24 * 3600.0  # a burn-in longer than a week is a typo
 _DURATION = re.compile(r"([0-9]*\.?[0-9]+)([smh]?)")
 
@@ -87,14 +84,6 @@ def level(text: str) -> int:
     if str(text) not in {str(n) for n in LEVEL_BUDGETS_S}:
         raise ValueError(f"must be {LEVELS_TEXT}, not '{text}'")
     return int(text)
-
-
-def level_budget(params: Mapping[str, Any], duration: Optional[float] = None) -> Optional[float]:
-    """The seconds of work a variant with parameters `params` is given (None: it has no level)."""
-    level = params.get("level")
-    if level is None:
-        return None
-    return duration if duration is not None and level > 1 else LEVEL_BUDGETS_S[level]
 
 
 def duration(text: str) -> float:
@@ -304,6 +293,8 @@ class RunOptions:
     duration: Optional[float] = None  # `--duration`: the budget per GPU of level 2 or 3 in place of its default
     deadline: Optional[float] = None  # the whole run's budget in seconds from the process's start (POSIX)
     deadline_why: str = ""  # how --killed-after set or lowered the deadline: a note of the run, and its cause's text
+    keep_going: bool = True  # False (the gate's default): a GPU with a bad verdict runs no more of its queue
+    timed_from_process_start: bool = False  # the run's wall time counts the process's start (the commands)
 
     @classmethod
     def build(cls, given: Given, folders: Optional[Mapping[str, Optional[Path]]] = None,

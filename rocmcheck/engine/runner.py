@@ -20,7 +20,7 @@ import time
 import weakref
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import psutil
 
@@ -30,14 +30,25 @@ from ..errors import Interrupted, TorchMissing, UsageError, raise_interrupted
 from ..host import fingerprint, hostgpu, kernellog
 from ..knowledge import known_issues, speed
 from ..knowledge.signatures import BY_MEANING, signatures
-from ..model import SPEED_MEASUREMENTS, DeviceInfo, RunsIn, Status, Variant, Verdict, preloads
+from ..model import (
+    NOT_RUN_DECIDED,
+    SPEED_MEASUREMENTS,
+    DeviceInfo,
+    RunsIn,
+    Status,
+    Variant,
+    VariantCost,
+    Verdict,
+    level_budget,
+    preloads,
+)
 from ..outputs.storage import Journal, Output, journal_path, new_run_id, write_outputs
-from ..records import BEFORE_FIRST, SCHEMA, SCHEMA_VERSION, Report, RunInfo, interruption_note
+from ..records import BEFORE_FIRST, COST_SECTION, SCHEMA, SCHEMA_VERSION, Report, RunCost, RunInfo, interruption_note
 from ..safetext import clean, clean_env, clean_tree
 from . import devices
 from .devices import GPU_VISIBLE
 from .isolation import Isolation
-from .options import FIRST_USE_LIMIT_S, RunOptions, level_budget
+from .options import FIRST_USE_LIMIT_S, RunOptions
 from .task import Task, TaskResult
 from .verdicts import assemble, confirmed, end_summary, not_run, outcome, read_text
 from .watchdog import ChildEnd
@@ -93,6 +104,11 @@ class Runner:
         self._seq = 0
         self._lock = threading.Lock()  # per-device queues share the journal and the counters
         self.started_at = time.time()
+        # where the run's wall time is counted from: the process's start for the commands (their imports count
+        # against the budget as a user's wait does), else this runner's (a library call in a long-lived process)
+        self.clock_from = time.monotonic() - (process_age() if options.timed_from_process_start else 0.0)
+        self.spans: List[Tuple[float, float]] = []  # (start, end) of every variant that ran, monotonic
+        self.decided: Dict[str, Verdict] = {}  # device -> the bad verdict that decided its NO-GO (the gate stops it)
 
     # --- files -------------------------------------------------------------------------
 
@@ -227,8 +243,27 @@ class Runner:
             reason = f"skipped: device unusable after {self.wedged[device.name]}"
         if reason:
             return not_run(variant, reason)
-        if spec.runs_in is RunsIn.PARENT:
-            return self._run_in_parent(variant, device)
+        started = time.monotonic()
+        verdict = self._run_in_parent(variant, device) if spec.runs_in is RunsIn.PARENT else \
+            self._run_in_child(variant, env, timeout, device, alone)
+        ended = time.monotonic()
+        with self._lock:
+            self.spans.append((started, ended))
+        verdict.cost = self.cost_of(variant, verdict, ended - started)
+        return verdict
+
+    def cost_of(self, variant: Variant, verdict: Verdict, wall_s: float) -> VariantCost:
+        """What the variant cost, split (`VariantCost`): its verdict's duration runs from the child's start
+        marker (runtime init left out), so the rest of its wall time is setup; first use is the probe's own
+        measure of it."""
+        first_use = float(verdict.measurements.get("first_use_s") or 0.0)
+        return VariantCost(setup_s=round(max(wall_s - verdict.duration_s, 0.0), 4), first_use_s=first_use,
+                           work_s=round(max(verdict.duration_s - first_use, 0.0), 4),
+                           budget_s=variant.spec.cost_budget(variant.params, self.opts.level, self.opts.duration))
+
+    def _run_in_child(self, variant: Variant, env: Optional[Dict[str, str]], timeout: Optional[float],
+                      device: DeviceInfo, alone: bool) -> Verdict:
+        spec = variant.spec
         # a variant with a level works for its budget, beyond the timeout that bounds the rest
         budget = level_budget(variant.params, self.opts.duration) or 0.0
         timeout = (timeout or self.opts.timeout or spec.timeout) + budget
@@ -250,7 +285,8 @@ class Runner:
         return self._task(probe=variant.spec.id, variant=variant.id, params=variant.params, device=device.name,
                           device_requested=self.opts.device, device_facts=self.facts,
                           expect_gpus=self.opts.expect_gpus, budget_s=level_budget(variant.params, self.opts.duration),
-                          profile=self.opts.profile, timeout=timeout, first_use_limit=self.first_use_limit())
+                          level=self.opts.level, profile=self.opts.profile, timeout=timeout,
+                          first_use_limit=self.first_use_limit())
 
     def _run_task(self, variant: Variant, device: DeviceInfo, timeout: float, env: Dict[str, str],
                   alone: bool) -> Verdict:
@@ -356,7 +392,18 @@ class Runner:
         device = device or self.device
         with self._lock:
             self._journal({"record": "started", "variant": variant.id, "device": device.name})
-        verdict = self.judged(self.run_variant(variant, device=device))
+        decided = self.decided.get(device.name) if variant.spec.per_device else None
+        if decided is not None:
+            verdict = not_run(variant, f"{NOT_RUN_DECIDED} {device.name} was decided by {decided.variant} "
+                                       f"({decided.status.value}); gate --keep-going runs every probe")
+            verdict.device = devices.label(device, self.facts)
+        else:
+            verdict = self.judged(self.run_variant(variant, device=device))
+        if verdict.status.is_bad and variant.spec.per_device and not self.opts.keep_going \
+                and device.name not in self.decided:
+            self.decided[device.name] = verdict
+            self.note(f"{device.name}: NO-GO decided by {variant.id} ({verdict.status.value}); the gate runs no more "
+                      "of its probes (they are skips that say so; gate --keep-going runs them)")
         with self._lock:
             self.verdicts.append(verdict)
             self._journal({"record": "verdict", "verdict": verdict.to_dict()})
@@ -583,8 +630,19 @@ class Runner:
         run = replace(self._run_info(), finished=time.time(), partial=partial, interrupted=interrupted, counts=counts)
         # a known issue's scope is judged against the whole run: a control may have run after the verdict
         verdicts = known_issues.judged(self.verdicts, self.fingerprint_cache)
+        cost = RunCost.of(verdicts, time.monotonic() - self.clock_from, covered(self.spans))
         return Report(run=run, verdicts=verdicts, fingerprint=self.fingerprint_cache, tool=self._tool(),
-                      sections=dict(self.sections))
+                      sections={**self.sections, COST_SECTION: cost.to_dict()})
+
+
+def covered(spans: Sequence[Tuple[float, float]]) -> float:
+    """The time inside at least one of `spans` (the GPUs' queues overlap)."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 def process_age() -> float:

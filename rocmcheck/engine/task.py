@@ -30,6 +30,7 @@ class Task:
     device_facts: Dict[str, Any] = field(default_factory=dict)
     expect_gpus: Optional[int] = None
     budget_s: Optional[float] = None  # a variant with a level: its seconds of work (`--level`, `--duration`)
+    level: int = 1  # the run's `--level`: probes size their work by it (heavy profiles at 2 and 3)
     profile: str = "full"
     first_use_limit: Optional[float] = None  # None: the timeout bounds first use too
     probes_paths: List[str] = field(default_factory=list)

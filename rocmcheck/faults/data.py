@@ -207,14 +207,17 @@ def _bf16_zeros(arg: Optional[str]) -> None:
         patch(torch.Tensor, name, cast)
 
 
-def _patch_products(poison: Callable[[Any], Any]) -> None:
-    """Pass the result of every matrix-product API through `poison`."""
+def _patch_products(poison: Callable[[Any], Any], again: Callable[[Any], int] = lambda out: 0) -> None:
+    """Pass the result of every matrix-product API through `poison`, after computing it `again(out)` more
+    times (the same call, so the same work on the same device: a slower GPU whose answers stay right)."""
     import torch
 
     def wrap(orig: Callable[..., Any]) -> Callable[..., Any]:
         def wrapped(*args, **kwargs):
             out = orig(*args, **kwargs)
             if isinstance(out, torch.Tensor) and out.is_floating_point() and out.numel():
+                for _ in range(again(out)):
+                    out = orig(*args, **kwargs)
                 out = poison(out)
             return out
         return wrapped
@@ -223,6 +226,52 @@ def _patch_products(poison: Callable[[Any], Any]) -> None:
                         (torch.Tensor, "matmul"), (torch.Tensor, "__matmul__"), (torch.Tensor, "mm"),
                         (torch.nn.functional, "linear")):
         patch(owner, name, wrap)
+
+
+def _on_gpu(out: Any, index: int) -> bool:
+    """Whether `out` lives on GPU `index` (cuda:N, a ROCm GPU's cuda:N, simgpu:N); never the CPU."""
+    return out.device.type != "cpu" and (out.device.index or 0) == index
+
+
+def _gpu_factor(text: str) -> "tuple":
+    """IDX[:FACTOR] -> (GPU index, slow-down factor of at least 2); ValueError when either is bad."""
+    index, _, factor = text.partition(":")
+    if not index.isdigit() or not (factor or "4").isdigit() or int(factor or "4") < 2:
+        raise ValueError(f"IDX[:FACTOR] with FACTOR at least 2, not {text}")
+    return int(index), int(factor or "4")
+
+
+def _gpu_index(text: str) -> int:
+    if not text.isdigit():
+        raise ValueError(f"a GPU index, not {text}")
+    return int(text)
+
+
+@fault("gpu-bitflip", "matrix products (torch.matmul, @, mm, bmm, addmm, F.linear) on GPU ARG (default 0) come back "
+                      "with the lowest mantissa bit of one element flipped: bitflip aimed at one real GPU of a node, "
+                      "so a drill on real hardware (make hardware) proves the NO-GO names that GPU", args="GPU index",
+       parse_arg=_gpu_index)
+def _gpu_bitflip(arg: Optional[str]) -> None:
+    import torch
+
+    index = _gpu_index(arg or "0")
+
+    def flip(out: Any) -> Any:
+        if _on_gpu(out, index):
+            with torch.no_grad():
+                _flip_one(out)
+        return out
+
+    _patch_products(flip)
+
+
+@fault("slow-matmul", "matrix products (torch.matmul, @, mm, bmm, addmm, F.linear) on GPU IDX (default 0) are "
+                      "computed FACTOR times (default 4), so that GPU's product throughput drops to 1/FACTOR while its "
+                      "answers stay right: a GPU at a fraction of its clocks, on real hardware (simgpu-slow-matmul "
+                      "is the simulated GPU's)", args="IDX[:FACTOR]", parse_arg=_gpu_factor)
+def _slow_matmul(arg: Optional[str]) -> None:
+    index, factor = _gpu_factor(arg or "0")
+    _patch_products(lambda out: out, lambda out: factor - 1 if _on_gpu(out, index) else 0)
 
 
 def _preferred_blas() -> Any:

@@ -17,7 +17,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from ..faults import drill_split
-from ..model import ExitCode, Status, Verdict, node_status
+from ..model import NOT_RUN_DECIDED, ExitCode, Status, Verdict, node_status
 from ..records import Report
 from ..safetext import clean
 from .render import counts_line, injected, on_gpu
@@ -78,6 +78,8 @@ def verdict(report: Report, exit_code: int, files: Optional[Dict[str, str]] = No
     return {**_head(exit_code, said), **interrupted, **injections, "device": run.device,
             "backend": report.device.get("backend"), "gpus_seen": report.device.get("count"), "counts": run.counts,
             "failing": failing, "warnings": warnings, "slow_gpus": slow,
+            "not_run": [{"check": v.variant, "device": v.device.get("name", run.device)} for v in report.verdicts
+                        if v.status.value == "skip" and v.message.startswith(NOT_RUN_DECIDED)],
             "notes": run.notes, "partial": run.partial, "reports": files or {},
             **unwritten}
 

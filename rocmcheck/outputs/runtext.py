@@ -5,15 +5,25 @@ named by its GPU as the matrix and the gate's summary name it (`render.gpu_text`
 """
 from __future__ import annotations
 
+from typing import List
+
 from ..host.fingerprint import summary
 from ..model import EVIDENCE_TAILS
-from ..records import Report
+from ..records import COST_SECTION, Report, RunCost
 from .matrix import devices_tested, run_table
 from .render import counts_line, doctor_markdown, injected, injection_text, known_issue_lines, on_gpu, short
 
 
 def terminal_matrix(report: Report) -> str:
-    return f"{run_table(report)}\n\n{summary(report.fingerprint)}: {counts_line(report)}"
+    return f"{run_table(report)}\n\n{summary(report.fingerprint)}: {counts_line(report)}" + \
+        "".join(f"\n{line}" for line in cost_lines(report))
+
+
+def cost_lines(report: Report) -> List[str]:
+    """The run's time against its budgets and the variants over their own (`records.RunCost.text`); none
+    for a report without them (older versions)."""
+    cost = RunCost.from_dict(report.sections.get(COST_SECTION))
+    return cost.text().splitlines() if cost is not None else []
 
 
 def markdown_report(report: Report) -> str:
@@ -39,6 +49,9 @@ def markdown_report(report: Report) -> str:
             if v.evidence.get(key):
                 out += ["", f"<details><summary>{key}</summary>", "", "```", v.evidence[key].strip()[-3000:], "```",
                         "", "</details>"]
+    spent = cost_lines(report)
+    if spent:
+        out += ["", "## Time against budgets", "", *(f"- {line}" for line in spent)]
     if report.sections.get("doctor"):
         out += ["", "## Doctor", "", *(doctor_markdown(report.sections["doctor"]) or [])]
     out += ["", "## Matrix", "", run_table(report, markdown=True), ""]
