@@ -47,11 +47,16 @@ def shipped_faults() -> List[Any]:
     return [f for f in faults.catalogue().values() if f.install.__module__.startswith(SHIPPED)]
 
 
-def _budget(params: Dict[str, Any]) -> str:
-    from rocmcheck.engine.options import level_budget
+def _budget(variant: Any) -> str:
+    """The variant's cost budget per GPU, host setup included (`ProbeSpec.cost_budget`): at its own level
+    where it has one, else at levels 1, 2 and 3 (one figure where they agree)."""
+    from rocmcheck.model import LEVEL_BUDGETS_S
 
-    budget = level_budget(params)
-    return "" if budget is None else f"{budget:g} s of work per GPU"
+    level = variant.params.get("level")
+    if level is not None:
+        return f"{variant.spec.cost_budget(variant.params, level):g} s"
+    each = [variant.spec.cost_budget(variant.params, n) for n in LEVEL_BUDGETS_S]
+    return f"{each[0]:g} s" if len(set(each)) == 1 else " / ".join(f"{s:g} s" for s in each)
 
 
 def _needs(variant: Any) -> str:
@@ -84,13 +89,14 @@ def probe_catalogue() -> str:
         if has_levels:
             parts.append(f"Its levels: `--level N` runs the variants of level N (the gate: 1), each given its level's "
                          f"budget of work beyond its timeout ({spec.timeout:g} s + the budget).\n\n")
-        headers = ["variant", "in the gate", "needs"] + (["level", "budget"] if has_levels else [])
+        headers = ["variant", "in the gate", "needs"] + (["level"] if has_levels else []) + [
+            "cost budget per GPU" + ("" if has_levels else " (level 1 / 2 / 3)")]
         rows = []
         for v in variants:
             row = [f"`{v.id}`", "yes" if v.in_gate() else "no (full profile)", _needs(v)]
             if has_levels:
-                row += [v.params.get("level", "-"), _budget(v.params) or "-"]
-            rows.append(row)
+                row.append(v.params.get("level", "-"))
+            rows.append(row + [_budget(v)])
         parts.append(_table(headers, rows))
         if spec.links:
             parts.append("\nBuilt on: " + ", ".join(f"<{link}>" for link in spec.links) + "\n")
@@ -103,7 +109,8 @@ def fault_catalogue() -> str:
 
 
 def levels() -> str:
-    from rocmcheck.engine.options import LEVEL_BUDGETS_S, MAX_DURATION_S
+    from rocmcheck.engine.options import MAX_DURATION_S
+    from rocmcheck.model import LEVEL_BUDGETS_S
 
     rows = [[n, f"{s:g} s" + (" (`--duration D` replaces it)" if n > 1 else " (the gate's)")]
             for n, s in LEVEL_BUDGETS_S.items()]
