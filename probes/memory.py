@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import rocmcheck
 from rocmcheck import torchapi
@@ -260,8 +260,8 @@ def describe(ctx: rocmcheck.ProbeContext, tested: Tested, base: int) -> str:
     """The failure in words: GPU, pattern, byte offsets and address range, bits."""
     offsets = sorted({o for b in tested.bad for o in b.byte_offsets()})
     words = "; ".join(f"byte offset {b.index * 4:#x} (word {b.index}): wrote {b.wrote:#010x}, read {b.read:#010x}, "
-                      f"word bit{'s' if len(b.bits) > 1 else ''} {', '.join(map(str, b.bits))} (bit {b.bits[0] % 8} of byte "
-                      f"{b.index * 4 + b.bits[0] // 8:#x}) "
+                      f"word bit{'s' if len(b.bits) > 1 else ''} {', '.join(map(str, b.bits))} "
+                      f"(bit {b.bits[0] % 8} of byte {b.index * 4 + b.bits[0] // 8:#x}) "
                       f"{'stuck high' if b.read & ~b.wrote & MASK else 'stuck low'}" for b in tested.bad)
     return (f"{ctx.device}: pattern {tested.pattern} read back {tested.bad_count} bad word"
             f"{'s' if tested.bad_count > 1 else ''} in the {tested.words * 4 // MIB} MiB tested, byte offsets "
