@@ -43,8 +43,10 @@ LEVEL_SHARE = 0.25  # of each GPU's level-2/3 budget: sdc 0.35, sustained-load 0
 FREE_SHARE = 0.9  # a real GPU: this share of its free memory, less RESERVE
 RESERVE = 1024 * MIB  # left to torch's allocator, the patterns' temporaries and the driver
 HOST_CAP = 256 * MIB  # the CPU and the simulated GPUs (host RAM): at most this much
-MIN_BYTES = 8 * MIB
-CHUNK_BYTES = {"gpu": 256 * MIB, "cpu": 8 * MIB}  # one op's span: bounds the int64 temporaries of a chunk
+MIN_BYTES = 1 * MIB
+# one op's span: bounds the int64 temporaries of a chunk; on the CPU small enough that the pace is measured
+# in well under a second (an 8 MiB chunk's random words took 3 s to measure on a loaded 2-core host)
+CHUNK_BYTES = {"gpu": 256 * MIB, "cpu": 2 * MIB}
 FIRST_BAD = 8  # bad words read back and named
 MASK = 0xFFFFFFFF
 SEED = 0x5EED
@@ -90,6 +92,7 @@ class Tested:
     pattern: Optional[str] = None  # the pattern that found bad words
     bad_count: int = 0
     bad: List[BadWord] = field(default_factory=list)
+    cut_short: int = 0  # passes of an unfinished round, stopped at the budget (0: every round was whole)
 
 
 # --- patterns: what each word holds, computed on the device from its index -------------------------
@@ -148,16 +151,15 @@ def steps() -> List[Step]:
 # --- the memory -------------------------------------------------------------------------------------
 
 
-def tested_bytes(ctx: rocmcheck.ProbeContext, bytes_per_s: float, budget: float) -> int:
+def tested_bytes(ctx: rocmcheck.ProbeContext, round_s_per_byte: float, budget: float) -> int:
     """How much memory one round covers: most of the free memory (HOST_CAP on the CPU and simulated
-    GPUs), cut to what PASSES passes take in PACE_MARGIN of `budget` at `bytes_per_s` (a pass writes and reads)."""
+    GPUs), cut to what one round covers in PACE_MARGIN of `budget` at the pace measured (`calibrate`)."""
     if ctx.gpu_sized:
         most = int(torchapi.memory_info(ctx.device)[0] * FREE_SHARE) - RESERVE
     else:
         most = HOST_CAP
-    affordable = int(bytes_per_s * budget * PACE_MARGIN / PASSES)
-    chunk = chunk_bytes(ctx)
-    return max(MIN_BYTES, min(most, affordable)) // chunk * chunk or chunk
+    affordable = int(budget * PACE_MARGIN / max(round_s_per_byte, 1e-15))
+    return max(MIN_BYTES, min(most, affordable)) // MIB * MIB  # the last chunk may be short
 
 
 def chunk_bytes(ctx: rocmcheck.ProbeContext) -> int:
@@ -219,10 +221,12 @@ class Memory:
         return found
 
 
-def one_round(memory: Memory, tested: Tested, progress: Callable[[str], None]) -> None:
-    """Every pass of one round; stops at the first pass that finds bad words (their details read back)."""
+def one_round(memory: Memory, tested: Tested, progress: Callable[[str], None], deadline: float) -> None:
+    """Every pass of one round; stops at the first pass that finds bad words (their details read back),
+    or at `deadline` (a host slower than the pace measured: the budget is kept, `cut_short` says so)."""
     said = None
-    for step in steps():
+    steps_of_round = steps()
+    for step in steps_of_round:
         if step.name != said:
             progress(f"gpu-memory: round {tested.rounds + 1}, {step.name}")
             said = step.name
@@ -238,22 +242,28 @@ def one_round(memory: Memory, tested: Tested, progress: Callable[[str], None]) -
             return
         if step.invert_after:
             memory.invert(step.downward)
+        if time.time() > deadline and step is not steps_of_round[-1]:
+            tested.cut_short = steps_of_round.index(step) + 1
+            return
     tested.rounds += 1
 
 
 def calibrate(ctx: rocmcheck.ProbeContext) -> float:
-    """Bytes per second of one writing-and-checking pass of a constant (most passes' kind), measured on
-    one chunk after a warm-up."""
+    """Seconds one round takes per byte tested, from one chunk: a constant's writing-and-checking pass
+    (64 of a round's passes) and a random-data one (own address and moving inversions compute their
+    words: 4 passes), each timed after a warm-up."""
     memory = Memory(ctx, chunk_bytes(ctx) // 4)
-    seconds = 0.0
-    for _ in range(2):  # the first is a warm-up
-        began = time.perf_counter()
-        memory.write(constant(MASK))
-        memory.check(constant(MASK), False)
-        memory.bad_count()
-        seconds = time.perf_counter() - began
+    timed = {}
+    for pattern in (constant(MASK), random_words):
+        for _ in range(2):  # the first is a warm-up
+            began = time.perf_counter()
+            memory.write(pattern)
+            memory.check(pattern, False)
+            memory.bad_count()
+            timed[pattern] = time.perf_counter() - began
     del memory
-    return chunk_bytes(ctx) / max(seconds, 1e-6)
+    constant_s, computed_s = timed.values()
+    return (64 * constant_s + (PASSES - 64) * computed_s) / chunk_bytes(ctx)
 
 
 def describe(ctx: rocmcheck.ProbeContext, tested: Tested, base: int) -> str:
@@ -284,15 +294,15 @@ def gpu_memory(ctx: rocmcheck.ProbeContext, level: int) -> None:
     deadline = ctx.started + budget
     before = nodehealth.of_device(ctx.device_facts, ctx.device)
     ctx.progress("gpu-memory: measuring one chunk's pace")
-    bytes_per_s = calibrate(ctx)
-    size = tested_bytes(ctx, bytes_per_s, max(deadline - time.time(), 0.0))
+    round_s_per_byte = calibrate(ctx)
+    size = tested_bytes(ctx, round_s_per_byte, max(deadline - time.time(), 0.0))
     memory = Memory(ctx, size // 4)
     tested = Tested(memory.words.numel())
     began = time.time()
     while True:
-        one_round(memory, tested, ctx.progress)
+        one_round(memory, tested, ctx.progress, deadline)
         now = time.time()
-        if tested.pattern or now + (now - began) / tested.rounds > deadline:
+        if tested.pattern or tested.cut_short or now + (now - began) / max(tested.rounds, 1) > deadline:
             break
     after = nodehealth.of_device(ctx.device_facts, ctx.device)
     counts = nodehealth.error_counts_change(before, after) if ctx.on_gpu else "the CPU has no GPU ECC/RAS counters"
@@ -300,7 +310,8 @@ def gpu_memory(ctx: rocmcheck.ProbeContext, level: int) -> None:
                                                         else "GPU memory")
     ctx.measure(level=level, budget_s=round(budget, 3), elapsed_s=round(time.time() - ctx.started, 3),
                 tested_bytes=size, tested_where=where, rounds=tested.rounds, passes=tested.passes,
-                checked_gb=round(tested.bytes_checked / 1e9, 3), pass_gb_per_s=round(bytes_per_s / 1e9, 3),
+                cut_short_after_passes=tested.cut_short,
+                checked_gb=round(tested.bytes_checked / 1e9, 3), round_s_per_gib=round(round_s_per_byte * (1 << 30), 3),
                 ecc=counts, size_rule=f"{FREE_SHARE:.0%} of free less {RESERVE // MIB} MiB on a GPU, "
                                       f"{HOST_CAP // MIB} MiB at most on the CPU and simulated GPUs, cut to one "
                                       f"round ({PASSES} passes) in the budget")
@@ -312,4 +323,6 @@ def gpu_memory(ctx: rocmcheck.ProbeContext, level: int) -> None:
         ctx.measure(action=f"drain the node; run the vendor's memory diagnostic on {ctx.device} (dcgmi diag -r 4, "
                            "rvs mem) and replace it if it confirms: its memory reads back wrong bits")
         ctx.fail(describe(ctx, tested, base) + f"; {counts}")
-    ctx.measure(summary=f"{size // MIB} MiB of {where} in {tested.rounds} round(s) of {PASSES} passes; {counts}")
+    cut = f" and {tested.cut_short} passes of one more, stopped at the budget" if tested.cut_short else ""
+    ctx.measure(summary=f"{size // MIB} MiB of {where} in {tested.rounds} whole round(s) of {PASSES} passes{cut}; "
+                        f"{counts}")

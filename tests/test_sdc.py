@@ -26,18 +26,6 @@ def simgpu_built():
     simgpu.build()
 
 
-@pytest.fixture
-def one_thread():
-    """torch on one thread, as a CPU run's child has it (two spin-waiting threads on a loaded 2-core
-    machine make a round's time, and so the budget's last round, erratic)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # --- the probe on the CPU, in-process ----------------------------------------------------------
 
 
