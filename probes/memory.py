@@ -19,11 +19,12 @@ written, on the device):
   writes to others.
 
 Size: on a real GPU most of its free memory (`FREE_SHARE` of it, less `RESERVE` for torch and the
-driver), cut down to what one round can cover in the probe's budget at the pace measured on the
-first chunk; on the CPU and the simulated GPUs (whose memory is host RAM) the same rule capped at
-`HOST_CAP` bytes. Levels: the probe's share (`LEVEL_SHARE`) of the level's budget per GPU
-(`rocmcheck.engine.options.LEVEL_BUDGETS_S`, or `--duration`); rounds repeat while the next one
-still ends within it, at least one round. A failure names the GPU, the pattern, the byte offsets
+driver), cut down to what one round covers in `PACE_MARGIN` of the probe's budget at the pace
+measured on one chunk (`calibrate`); on the CPU and the simulated GPUs (whose memory is host RAM) the
+same rule capped at `HOST_CAP` bytes, at least `MIN_BYTES`. Levels: the probe's share (`LEVEL_SHARE`)
+of the level's budget per GPU (`rocmcheck.engine.options.LEVEL_BUDGETS_S`, or `--duration`); rounds
+repeat while the next one still ends within it; a host slower than measured has its round cut at the
+deadline, and the verdict says after how many passes (`cut_short_after_passes`). A failure names the GPU, the pattern, the byte offsets
 (from the start of the tested memory, and the device address) and the bit positions, and points at
 the GPU's ECC/RAS counts read before and after (node-health's readers).
 """
