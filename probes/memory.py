@@ -24,9 +24,9 @@ measured on one chunk (`calibrate`); on the CPU and the simulated GPUs (whose me
 same rule capped at `HOST_CAP` bytes, at least `MIN_BYTES`. Levels: the probe's share (`LEVEL_SHARE`)
 of the level's budget per GPU (`rocmcheck.engine.options.LEVEL_BUDGETS_S`, or `--duration`); rounds
 repeat while the next one still ends within it; a host slower than measured has its round cut at the
-deadline, and the verdict says after how many passes (`cut_short_after_passes`). A failure names the GPU, the pattern, the byte offsets
-(from the start of the tested memory, and the device address) and the bit positions, and points at
-the GPU's ECC/RAS counts read before and after (node-health's readers).
+deadline, and the verdict says after how many passes (`cut_short_after_passes`). A failure names the
+GPU, the pattern, the byte offsets (from the start of the tested memory, and the device address) and
+the bit positions, and points at the GPU's ECC/RAS counts read before and after (node-health's readers).
 """
 from __future__ import annotations
 

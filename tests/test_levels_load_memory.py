@@ -214,8 +214,8 @@ def test_gate_level_2_runs_the_gate_with_the_level_2_variants():
 def test_level_2_names_the_gpu_with_a_stuck_bit_and_the_gpu_that_sags_in_the_node_verdict_and_metrics(
         tmp_path, capsys, simgpu_built):
     prom = tmp_path / "node.prom"
-    code = main(["gate", "--level", "2", "--duration", "20", "--require", "gpu-memory", "--require", "sustained-load",
-                 "--inject", "simgpu:2,simgpu-stuck-bit:1:0x40005:3,simgpu-sag:0:2", "--out-dir", str(tmp_path),
+    code = main(["gate", "--level", "2", "--duration", "25", "--require", "gpu-memory", "--require", "sustained-load",
+                 "--inject", "simgpu:2,simgpu-stuck-bit:1:0x40005:3,simgpu-sag:0:3", "--out-dir", str(tmp_path),
                  "--prom", str(prom), "--json", "-"])
     node = json.loads(capsys.readouterr().out)
     assert code == 1 and node["status"] == "NO-GO"

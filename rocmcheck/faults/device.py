@@ -145,9 +145,9 @@ def _sag_target(arg: str) -> "tuple":
 
 
 @fault("simgpu-sag", f"simulated GPU IDX (default 1) sags under sustained load: once its matrix products have run "
-       f"back to back for AFTER_S seconds (default {SAG_AFTER_S:g}), each takes {SAG_FACTOR} times as long, as a GPU "
-       "that heats up and clocks down; a pause of a second lets it recover, so short work (the gate's speed "
-       "checks) never sees it", args="IDX[:AFTER_S]", needs="simgpu", parse_arg=_sag_target)
+       f"back to back for AFTER_S seconds (default {SAG_AFTER_S:g}), each takes {SAG_FACTOR} times "
+       "as long, as a GPU that heats up and clocks down; a pause of a second lets it recover, so short work (the "
+       "gate's speed checks) never sees it", args="IDX[:AFTER_S]", needs="simgpu", parse_arg=_sag_target)
 def _sag(arg: Optional[str]) -> None:
     index, seconds = _sag_target(arg or "1")
     simgpu.set_sag(index, seconds, SAG_FACTOR)
