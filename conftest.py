@@ -326,3 +326,15 @@ def linked_venv(path: Path, *distributions: str) -> Path:
 
 def run_in(venv: Path, args: List[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(args, cwd=cwd, env=isolated_env(venv), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread, as a CPU run's child has it (two spin-waiting threads on a loaded 2-core
+    machine make a round's time, and so the budget's last round, erratic: test_sdc, test_levels_load_memory)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -28,7 +28,8 @@ runs in a fresh interpreter for it), cuBLAS (rocBLAS on ROCm) as the BLAS where 
 choose. A real GPU gets larger work than the CPU and the simulated GPUs (SIZES).
 
 Levels (the variant's `level`, chosen by `rocmcheck run --level`; budgets per GPU in
-`rocmcheck.engine.options.LEVEL_BUDGETS_S`, `--duration` replaces those of levels 2 and 3): the work
+`rocmcheck.engine.options.LEVEL_BUDGETS_S`, `--duration` replaces those of levels 2 and 3; at levels 2
+and 3 this probe takes `LEVEL_SHARE` of it, beside gpu-memory and sustained-load): the work
 repeats until the budget is spent (at least twice), a round starting only when it ends in time
 at the pace so far. First use (kernel search, the first attention backward) is bounded apart,
 as everywhere, and is not budgeted.
@@ -62,6 +63,7 @@ WORKLOAD = "sdc-1"  # a change of the work is a new version: records of two vers
 WORKSPACE = ":4096:8"  # CUBLAS_WORKSPACE_CONFIG that makes cuBLAS deterministic (torch's reproducibility notes)
 SEED = 33
 CONFIRM = 8  # further runs of an op whose repeat differed: a wrong result, or work that is not deterministic
+LEVEL_SHARE = 0.35  # of each GPU's level-2/3 budget (gpu-memory 0.25, sustained-load 0.4); level 1 is sdc's alone
 CHECK_EVERY_S = 1.0  # how often the device's mismatch counts are read back (each read waits for the device)
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # dtype -> the largest |x| of an exact product's integer inputs
@@ -411,7 +413,7 @@ def sustained(works: List[Work], refs: Dict[str, List[Any]], hashes: Dict[str, s
     preload=("torch._dynamo",),  # AdamW.step imports it: ~1 s of the budget otherwise
 )
 def sdc(ctx: rocmcheck.ProbeContext, level: int) -> None:
-    budget = ctx.budget_s or 0.0
+    budget = (ctx.budget_s or 0.0) * (LEVEL_SHARE if level > 1 else 1.0)
     ctx.strict_fp32()
     with deterministic():
         blas = fixed_blas(ctx)

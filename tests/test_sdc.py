@@ -26,18 +26,6 @@ def simgpu_built():
     simgpu.build()
 
 
-@pytest.fixture
-def one_thread():
-    """torch on one thread, as a CPU run's child has it (two spin-waiting threads on a loaded 2-core
-    machine make a round's time, and so the budget's last round, erratic)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # --- the probe on the CPU, in-process ----------------------------------------------------------
 
 
@@ -71,11 +59,12 @@ def test_exact_inputs_are_bounded_so_that_every_sum_is_exact():
             assert all(k * sdc.EXACT_LIMIT[d] ** 2 <= sdc.exact_bound(d) for d in dtypes)
 
 
-@pytest.mark.parametrize("level, duration", [(1, None), (2, 3.0)])
+@pytest.mark.parametrize("level, duration", [(1, None), (2, 8.0)])
 def test_a_level_keeps_its_budget_within_ten_percent_and_says_what_it_compared(one_thread, level, duration):
+    """Level 1 is sdc's alone; at level 2 it takes its share (the rest is gpu-memory's and sustained-load's)."""
     result = run_inline("sdc", level=level, duration=duration)
     assert result.status is Status.PASS, result.message
-    budget = duration or 2.0
+    budget = duration * probe_module("sdc").LEVEL_SHARE if duration else 2.0
     assert result.measurements["budget_s"] == budget
     assert abs(result.measurements["elapsed_s"] - budget) <= 0.1 * budget, result.measurements
     compared = result.measurements[SDC_MEASUREMENTS]["compared"]
@@ -213,7 +202,7 @@ def test_a_healthy_node_is_go_and_says_its_gpus_agree(tmp_path, capsys, simgpu_b
 def test_level_2_catches_a_low_rate_flip_within_its_budget(tmp_path, capsys, simgpu_built):
     """A short level 2 at a rate high enough to flip within it: the repeat check names the op;
     benchmarks/bench_sdc.py measures the detection probability at low rates."""
-    code = main(["run", "--probe", "sdc", "--level", "2", "--duration", "4", "--device", "simgpu:0", "--inject",
+    code = main(["run", "--probe", "sdc", "--level", "2", "--duration", "12", "--device", "simgpu:0", "--inject",
                  "simgpu:1,simgpu-bitflip-rate:0:0.02", "--out-dir", str(tmp_path), "--json", str(tmp_path / "r.json")])
     (verdict,) = json.loads((tmp_path / "r.json").read_text())["verdicts"]
     assert code == 1 and verdict["variant"] == "sdc[2]" and verdict["status"] == "fail", verdict["message"]

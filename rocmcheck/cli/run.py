@@ -28,6 +28,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("gate", help="the quick critical set: GO (exit 0) or NO-GO (exit 1)")
     add_run_options(p, "gate")
+    add_to_argparse(p, "level", "duration")
     p.add_argument("--require", action="append", default=[], metavar="ID",
                    help="make the gate these probes instead (glob, repeatable): narrows or widens it")
     p.add_argument("--npd", action="store_true",
@@ -89,7 +90,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     with unknown_metrics(args):
         opts = run_options(args, "gate", profile="gate", keep_going=args.keep_going)
         specs = registry.load_all(opts.probes_paths)
-        variants = gate_variants(specs, args.require)
+        variants = gate_variants(specs, args.require, opts.level)
         if args.probe or args.keyword:
             chosen = {v.id for v in select(specs, args.probe, args.keyword)}
             variants = [v for v in variants if v.id in chosen]

@@ -174,8 +174,10 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
     Option("slow_gpu", "what a GPU slower than the node's other GPUs of its model makes the run (a speed figure "
            "below 0.8 x their median): warn (the default) or nogo (fail: the gate says NO-GO)", "WHAT", slow_gpu,
            " or ".join(SLOW_GPU), env="ROCMCHECK_SLOW_GPU", choices=SLOW_GPU),
-    Option("level", f"how long probes with levels (sdc) work per GPU: 1 ({LEVEL_BUDGETS_S[1]:g} s, the gate's), 2 "
-           f"(about {LEVEL_BUDGETS_S[2] / 60:g} minutes of sustained work), 3 (a burn-in of --duration, default "
+    Option("level", f"how long probes with levels (sdc; gpu-memory and sustained-load from level 2) work per GPU: 1 "
+           f"({LEVEL_BUDGETS_S[1]:g} s, the gate's), 2 (about {LEVEL_BUDGETS_S[2] / 60:g} minutes of sustained work), "
+           f"3 "
+           f"(a burn-in of --duration, default "
            f"{LEVEL_BUDGETS_S[3] / 60:g} minutes); default 1", "N", level,
            LEVELS_TEXT, ini="string", at_parse=True),
     Option("duration", "the budget per GPU of --level 2 or 3: seconds, or 15m, 2h (1 s to 7 days)", "D", duration,

@@ -487,11 +487,13 @@ class Runner:
         is measured again, its variant on each GPU of that model one at a time (`confirm_speed`); a
         figure slow both times is named in a note and the report's `speed` section, its verdict
         `warn`, or `fail` with `--slow-gpu nogo`. Noise on a shared host makes one measurement slow,
-        rarely the same figure of the same GPU twice. The journal keeps each verdict as it first ran;
-        the report has the judged ones."""
+        rarely the same figure of the same GPU twice; a variant of level 2 or 3 (sustained-load) is not
+        measured again, its figure being many windows of its whole budget. The journal keeps each verdict
+        as it first ran; the report has the judged ones."""
         first = {slow.key for slow in speed.slow_figures(self.verdicts)}
         for variant in (v for v in variants if v.id in {key[0] for key in first}):
-            self.confirm_speed(variant)
+            if (variant.params.get("level") or 1) == 1:  # a level 2/3 variant spent its budget: not again
+                self.confirm_speed(variant)
         slow = speed.judge_node(self.verdicts, nogo=self.opts.slow_gpu == "nogo", among=first)
         for finding in slow:
             self.note(finding["message"])

@@ -88,15 +88,23 @@ def select(registry: Dict[str, ProbeSpec], probes: Iterable[str] = (), keyword: 
     return chosen
 
 
-def gate_variants(specs: Dict[str, ProbeSpec], require: Iterable[str] = ()) -> List[Variant]:
+def gate_variants(specs: Dict[str, ProbeSpec], require: Iterable[str] = (), level: int = 1) -> List[Variant]:
     """The gate set; `require` replaces it with the named probes (their gate variants, or
-    all their variants when they have none in the gate), which narrows or widens it."""
+    all their variants when they have none in the gate), which narrows or widens it. With
+    `level` 2 or 3 (`gate --level`), the variants of probes with levels are those of that level,
+    every probe with a variant of it included (gpu-memory, sustained-load): a node's level-2
+    check gets the node verdict, the drain reason and the metrics the gate gives."""
     patterns = list(require)
     if not patterns:
-        return select(specs, gate_only=True)
-    chosen: List[Variant] = []
+        chosen = select(specs, gate_only=True)
+        if level == 1:
+            return chosen
+        levelled = [v for v in select(specs, level=level) if "level" in v.params]
+        return [v for v in chosen if "level" not in v.params] + levelled
+    chosen = []
     for pattern in patterns:
-        for probe_variants in [select(specs, [pid]) for pid in sorted(specs) if fnmatch.fnmatchcase(pid, pattern)]:
+        for probe_variants in [select(specs, [pid], level=level) for pid in sorted(specs)
+                               if fnmatch.fnmatchcase(pid, pattern)]:
             in_gate = [v for v in probe_variants if v.in_gate()]
             chosen.extend(in_gate or probe_variants)
         if not any(fnmatch.fnmatchcase(pid, pattern) for pid in specs):

@@ -107,3 +107,47 @@ def _slow_factor(arg: Optional[str]) -> None:
        needs="simgpu", prepare=_slow_factor)
 def _slow_copy(arg: Optional[str]) -> None:
     simgpu.set_fault("slow-copy", int(arg or SLOW_COPY_FACTOR))
+
+
+def _stuck_target(arg: str) -> "tuple":
+    """IDX:ADDRESS[:BIT[:VALUE]] -> (GPU index, byte address, bit 0-7, value 0 or 1); ValueError when bad.
+    ADDRESS is decimal or 0x-hexadecimal."""
+    parts = arg.split(":")
+    if not 2 <= len(parts) <= 4 or not parts[0].isdigit():
+        raise ValueError(f"IDX:ADDRESS[:BIT[:VALUE]], not {arg}")
+    address = int(parts[1], 0)
+    bit = int(parts[2]) if len(parts) > 2 else 0
+    value = int(parts[3]) if len(parts) > 3 else 1
+    if address < 0 or not 0 <= bit <= 7 or value not in (0, 1):
+        raise ValueError(f"ADDRESS at least 0, BIT 0-7, VALUE 0 or 1, not {arg}")
+    return int(parts[0]), address, bit, value
+
+
+@fault("simgpu-stuck-bit", "bit BIT (default 0) of the byte at device address ADDRESS of simulated GPU IDX's memory is "
+       "stuck at VALUE (default 1): whatever is written there reads back with that bit (a failing memory cell); the "
+       "simulated GPU places its blocks first-fit from address 0, so a block allocated first in a fresh process "
+       "starts there", args="IDX:ADDRESS[:BIT[:VALUE]]", needs="simgpu", parse_arg=_stuck_target)
+def _stuck_bit(arg: Optional[str]) -> None:
+    simgpu.set_stuck_bit(*_stuck_target(arg or ""))
+
+
+SAG_AFTER_S = 5.0
+SAG_FACTOR = 3
+
+
+def _sag_target(arg: str) -> "tuple":
+    """IDX[:AFTER_S] -> (GPU index, seconds of sustained load before the sag); ValueError when bad."""
+    index, _, after = arg.partition(":")
+    seconds = float(after) if after else SAG_AFTER_S
+    if not index.isdigit() or not 0 < seconds < 3600:
+        raise ValueError(f"IDX[:AFTER_S], not {arg}")
+    return int(index), seconds
+
+
+@fault("simgpu-sag", f"simulated GPU IDX (default 1) sags under sustained load: once its matrix products have run "
+       f"back to back for AFTER_S seconds (default {SAG_AFTER_S:g}), each takes {SAG_FACTOR} times "
+       "as long, as a GPU that heats up and clocks down; a pause of a second lets it recover, so short work (the "
+       "gate's speed checks) never sees it", args="IDX[:AFTER_S]", needs="simgpu", parse_arg=_sag_target)
+def _sag(arg: Optional[str]) -> None:
+    index, seconds = _sag_target(arg or "1")
+    simgpu.set_sag(index, seconds, SAG_FACTOR)

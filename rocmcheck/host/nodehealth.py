@@ -93,6 +93,8 @@ class GpuHealth:
     power_w: Optional[float] = None
     power_cap_w: Optional[float] = None
     throttle: List[str] = field(default_factory=list)  # active throttle reasons (NVIDIA)
+    clock_mhz: Optional[float] = None  # the shader/SM clock now, and the highest it may run at
+    clock_max_mhz: Optional[float] = None
     rows: Dict[str, int] = field(default_factory=dict)  # NVIDIA rows remapped for correctable/uncorrectable errors
     flags: Dict[str, bool] = field(default_factory=dict)  # NVIDIA's yes/no flags that were stated, by nvidia-smi name
     recovery_action: Optional[str] = None  # NVIDIA's gpu_recovery_action, as nvidia-smi words it
@@ -213,6 +215,11 @@ def _read_hwmon(health: GpuHealth, device: Path) -> None:
              if p.exists()]  # newer parts (MI300) report power1_input only
     health.power_w = next((w for w in watts if w is not None), None)
     health.power_cap_w = _number(health, hwmon / "power1_cap", 1e6, sensor=True)
+    health.clock_mhz = _number(health, hwmon / "freq1_input", 1e6, sensor=True) if (hwmon / "freq1_input").exists() \
+        else None  # sclk in Hz
+    levels, _ = _text(device / "pp_dpm_sclk")  # "0: 500Mhz\n1: 1700Mhz *": the DPM levels, the current one starred
+    mhz = [float(m) for m in re.findall(r"^\s*\d+:\s*(\d+)\s*Mhz", levels or "", re.MULTILINE | re.IGNORECASE)]
+    health.clock_max_mhz = max(mhz) if mhz else None
 
 
 def read_amd(device: Path) -> GpuHealth:
@@ -297,6 +304,8 @@ def _smi_gpu(gpu: ET.Element) -> GpuHealth:
         if name in THROTTLE_BITS.values() and (node.text or "").strip() == "Active":
             health.throttle.append(name)
     health.pcie_replays = _int_of(gpu.findtext("pci/replay_counter"))
+    health.clock_mhz = _float_of(gpu.findtext("clocks/sm_clock"))
+    health.clock_max_mhz = _float_of(gpu.findtext("max_clocks/sm_clock"))
     temp = _float_of(gpu.findtext("temperature/gpu_temp"))
     if temp is not None:
         health.temperatures.append({"sensor": "gpu", "celsius": temp,
@@ -389,6 +398,9 @@ def read_nvml(nvml: Any) -> Dict[str, GpuHealth]:
             reasons = _nvml_call(nvml, health, named, handle)
             health.throttle = [name for bit, name in THROTTLE_BITS.items() if reasons and reasons & bit]
             health.pcie_replays = _nvml_call(nvml, health, "nvmlDeviceGetPcieReplayCounter", handle)
+            sm = getattr(nvml, "NVML_CLOCK_SM", 1)
+            health.clock_mhz = _nvml_call(nvml, health, "nvmlDeviceGetClockInfo", handle, sm)
+            health.clock_max_mhz = _nvml_call(nvml, health, "nvmlDeviceGetMaxClockInfo", handle, sm)
             temp = _nvml_call(nvml, health, "nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)
             if temp is not None:
                 health.temperatures.append({"sensor": "gpu", "celsius": float(temp), "critical": None})
@@ -514,7 +526,7 @@ def _named(counts: Dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v)
 
 
-def _rises(before: Dict[str, int], now: Dict[str, int]) -> Dict[str, Tuple[int, int]]:
+def rises(before: Dict[str, int], now: Dict[str, int]) -> Dict[str, Tuple[int, int]]:
     return {k: (before[k], n) for k, n in now.items() if k in before and n > before[k]}
 
 
@@ -593,7 +605,7 @@ def judge(before: Optional[GpuHealth], now: GpuHealth, index: int) -> Finding:
                        _action(max(rank for _, rank in bad), index, now.address), m)
     warns = []
     if before is not None:
-        rose = _rises(before.ce, now.ce)
+        rose = rises(before.ce, now.ce)
         if rose:
             warns.append("correctable errors rose during the run: " +
                          ", ".join(f"{k} {a} -> {b} (+{b - a})" for k, (a, b) in sorted(rose.items())))
@@ -611,3 +623,35 @@ def judge(before: Optional[GpuHealth], now: GpuHealth, index: int) -> Finding:
                            f"{sum(now.ce.values())} correctable errors{' (none new)' if before else ''}, "
                            f"PCIe replays {now.pcie_replays if now.pcie_replays is not None else 'not exposed'}, "
                            f"not throttled at idle", None, m)
+
+
+# --- for probes that load the GPU (gpu-memory, sustained-load) -------------------------------------
+
+
+def of_device(device_facts: Dict[str, Any], device: str) -> Optional[GpuHealth]:
+    """The counters of torch device `device` ("cuda:N", "simgpu:N") now, found by the PCI address the
+    run's device facts give it; None on the CPU, or where the address is unknown or no driver
+    answers for it. Read from files and libraries in the probe's own process: no GPU runtime call."""
+    if ":" not in device:
+        return None
+    index = int(device.split(":")[1])
+    address = next((d.get("pci_address") for d in device_facts.get("devices") or []
+                    if d and d.get("index") == index), None)
+    if not address:
+        return None
+    address = canonical_address(address)
+    return snapshot(only=address).get(address)
+
+
+def error_counts_change(before: Optional[GpuHealth], after: Optional[GpuHealth]) -> str:
+    """Node-health's ECC/RAS counts before and after some work, in words ("uncorrectable 0 -> 0,
+    correctable 3 -> 5 (+2)"), or why there are none: what a memory or load failure points at."""
+    if before is None or after is None:
+        return "no ECC/RAS counters read for this GPU (no PCI address or driver counters; see node-health)"
+    if not (before.has_error_counters or after.has_error_counters):
+        return f"ECC/RAS counters not exposed ({after.source}: {'; '.join(after.not_exposed) or 'none'})"
+    parts = []
+    for name, then, now in (("uncorrectable", before.ue, after.ue), ("correctable", before.ce, after.ce)):
+        a, b = sum(then.values()), sum(now.values())
+        parts.append(f"{name} {a} -> {b}" + (f" (+{b - a})" if b > a else ""))
+    return f"ECC/RAS from {after.source}: " + ", ".join(parts)

@@ -35,7 +35,8 @@ CACHE_ENV = "ROCMCHECK_SIMGPU_CACHE"
 INIT_ENV = "ROCMCHECK_SIMGPU_INIT_S"  # seconds each process's first device initialisation costs
 INIT_LOG_ENV = "ROCMCHECK_SIMGPU_INIT_LOG"  # a file each process's device initialisation appends its pid to
 # planted in the device (simgpu.cpp's set_fault, and set_bitflip)
-FAULTS = ("copy-tail", "stale-side-stream", "wrong-device", "slow-matmul", "slow-matmul-factor", "slow-copy", "bitflip")
+FAULTS = ("copy-tail", "stale-side-stream", "wrong-device", "slow-matmul", "slow-matmul-factor", "slow-copy", "bitflip",
+          "stuck-bit", "sag")
 _ext: Optional[ModuleType] = None
 
 
@@ -290,3 +291,17 @@ def set_bitflip(index: int, rate: float = 1.0) -> None:
     """Make simulated GPU `index` flip the lowest mantissa bit of one element of a matrix product's
     result, in each product with probability `rate` (-1 as index removes it)."""
     build().set_bitflip(index, rate)
+
+
+def set_stuck_bit(index: int, address: int, bit: int = 0, value: int = 1) -> None:
+    """Make bit `bit` of the byte at device address `address` of simulated GPU `index` read `value`
+    whatever is written there (-1 as index removes it). A device address is the simulated GPU's own:
+    its allocator places each block first-fit in its memory, from 0."""
+    build().set_stuck_bit(index, address, bit, value)
+
+
+def set_sag(index: int, after_s: float, factor: int = 3) -> None:
+    """Make simulated GPU `index`'s matrix products take `factor` times as long once they have run
+    back to back for `after_s` seconds (a GPU that heats up under load and clocks down; a pause of a
+    second lets it cool); -1 as index removes it."""
+    build().set_sag(index, after_s, factor)

@@ -67,6 +67,21 @@ int64_t g_slow_matmul_factor = 3;
 // element flipped: in every product (rate 1) or in each with probability rate (-1 = none).
 int64_t g_flip_device = -1;
 double g_flip_rate = 1.0;
+// One device with a stuck bit in its memory: bit g_stuck_bit of the byte at device address g_stuck_addr
+// reads g_stuck_value whatever was written (-1 = none). Device addresses are the simulated GPU's own:
+// each allocation is placed first-fit in [0, kTotalBytes) (SimAllocator), as a GPU's allocator places
+// its blocks in the GPU's memory, so the address names one place of that memory in every process.
+int64_t g_stuck_device = -1;
+int64_t g_stuck_addr = 0;
+int64_t g_stuck_bit = 0;
+int64_t g_stuck_value = 1;
+// One device whose matrix products sag under sustained load: once products have run back to back (no
+// pause longer than kCoolS) for g_sag_after_s seconds, each takes g_sag_factor times as long (a GPU that
+// heats up and clocks down); a pause lets it cool (-1 = none).
+int64_t g_sag_device = -1;
+double g_sag_after_s = 5.0;
+int64_t g_sag_factor = 3;
+constexpr double kCoolS = 1.0;
 std::mutex& g_stale_mu = *new std::mutex();
 auto& g_stale = *new std::unordered_map<StreamId, std::vector<char>>();
 
@@ -89,6 +104,18 @@ struct SimAllocator final : c10::DeviceAllocator {
   std::mutex mu;
   c10::CachingDeviceAllocator::DeviceStats stats[kMaxDevices];
   std::unordered_map<void*, std::pair<size_t, DeviceIndex>> live;
+  std::unordered_map<void*, size_t> address;  // each live block's device address
+  std::map<size_t, size_t> placed[kMaxDevices];  // device address -> size of each live block
+
+  size_t place(DeviceIndex d, size_t n) {  // first fit, 512-byte aligned (as cudaMalloc's blocks are)
+    size_t at = 0;
+    for (const auto& [start, size] : placed[d]) {
+      if (start >= at + n) break;
+      at = std::max(at, (start + size + 511) / 512 * 512);
+    }
+    placed[d][at] = n;
+    return at;
+  }
 
   void count(DeviceIndex d, size_t n, bool up) {
     auto& s = stats[d];
@@ -104,6 +131,7 @@ struct SimAllocator final : c10::DeviceAllocator {
     if (p) {
       std::lock_guard<std::mutex> lock(mu);
       live[p] = {n, d};
+      address[p] = place(d, n);
       count(d, n, true);
     }
     return {p, p, &release, c10::Device(kType, d)};
@@ -138,6 +166,14 @@ struct SimAllocator final : c10::DeviceAllocator {
     std::lock_guard<std::mutex> lock(mu);
     return {kTotalBytes - size_t(stats[d].reserved_bytes[0].current), kTotalBytes};
   }
+  // the host byte that holds device address `at` of device `d` if the block at `base` covers it, else null
+  char* byte_at(void* base, DeviceIndex d, size_t at) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = live.find(base);
+    if (it == live.end() || it->second.second != d) return nullptr;
+    size_t start = address[base];
+    return at >= start && at < start + it->second.first ? static_cast<char*>(base) + (at - start) : nullptr;
+  }
   c10::Device device_of(void* p) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = live.find(p);
@@ -152,6 +188,8 @@ void SimAllocator::release(void* p) {
     auto it = g_alloc.live.find(p);
     if (it != g_alloc.live.end()) {
       g_alloc.count(it->second.second, it->second.first, false);
+      g_alloc.placed[it->second.second].erase(g_alloc.address[p]);
+      g_alloc.address.erase(p);
       g_alloc.live.erase(it);
     }
   }
@@ -347,6 +385,33 @@ void maybe_flip(const at::Tensor& result) {  // the planted "silent one-bit erro
   element.view(bits).bitwise_xor_(1);
 }
 
+void maybe_stuck(const at::Tensor& t) {  // the planted stuck bit, in the block `t` was written to
+  if (g_stuck_device < 0 || !t.defined() || t.device().type() != kType || t.device().index() != g_stuck_device ||
+      !t.has_storage() || !t.storage().data())
+    return;
+  char* byte = g_alloc.byte_at(t.storage().mutable_data(), t.device().index(), size_t(g_stuck_addr));
+  if (!byte) return;
+  char mask = char(1 << g_stuck_bit);
+  *byte = g_stuck_value ? char(*byte | mask) : char(*byte & ~mask);
+}
+
+void maybe_sag(const c10::OperatorHandle& op, const at::Tensor& result, std::chrono::nanoseconds began) {
+  if (g_sag_device < 0 || !is_product(op) || result.device() != c10::Device(kType, g_sag_device)) return;
+  static std::mutex mu;
+  static auto last = std::chrono::steady_clock::time_point();
+  static auto streak = std::chrono::steady_clock::time_point();
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (now - last > std::chrono::duration<double>(kCoolS)) streak = now;  // it had cooled: a new streak
+    last = now;
+    if (now - streak < std::chrono::duration<double>(g_sag_after_s)) return;
+  }
+  busy_until(began + (device_clock() - began) * g_sag_factor);
+  std::lock_guard<std::mutex> lock(mu);
+  last = std::chrono::steady_clock::now();
+}
+
 at::Tensor empty(c10::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
                  std::optional<c10::Device> device, std::optional<bool>, std::optional<c10::MemoryFormat> format) {
   lazy_init();  // every device tensor begins here
@@ -390,6 +455,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     size_t tail = std::max<size_t>(dst.nbytes() / g_tail_denominator, 1);
     std::memset(static_cast<char*>(dst.data_ptr()) + dst.nbytes() - tail, 0, tail);
   }
+  maybe_stuck(dst);
   return dst;
 }
 
@@ -441,6 +507,8 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       result.device() == c10::Device(kType, g_slow_matmul_device)) {
     busy_until(began + (device_clock() - began) * g_slow_matmul_factor);
   }
+  maybe_sag(op, result, began);
+  maybe_stuck(result);  // an in-place op's result is the block it wrote (its copy back came through copy_from)
 }
 
 }  // namespace
@@ -501,6 +569,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     else if (name == "slow-copy") g_slow_copy = value;
     else if (name == "slow-matmul-factor") g_slow_matmul_factor = std::max<int64_t>(value, 1);
     else TORCH_CHECK(false, "simgpu: no fault named ", name);
+  });
+  m.def("set_stuck_bit", [](int64_t device, int64_t address, int64_t bit, int64_t value) {
+    TORCH_CHECK(address >= 0 && size_t(address) < kTotalBytes && bit >= 0 && bit < 8, "simgpu: no such memory bit");
+    g_stuck_addr = address;
+    g_stuck_bit = bit;
+    g_stuck_value = value;
+    g_stuck_device = device;
+  });
+  m.def("set_sag", [](int64_t device, double after_s, int64_t factor) {
+    g_sag_after_s = after_s;
+    g_sag_factor = std::max<int64_t>(factor, 1);
+    g_sag_device = device;
   });
   m.def("set_bitflip", [](int64_t device, double rate) {
     g_flip_device = device;
