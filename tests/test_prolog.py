@@ -229,8 +229,10 @@ def test_a_prolog_killed_by_slurm_leaves_a_valid_unknown_verdict_naming_its_job(
     proc.wait(timeout=10)
     kept = prolog.kept()
     (new,) = [v for k, v in kept.items() if k not in earlier]
-    assert valid(new)["status"] == "UNKNOWN" and new["job_id"] == "8" and new["partial"] is True
-    assert new["error"].endswith("not finished: killed or still running") and new["error"].startswith("started at 2")
+    assert valid(new)["status"] == "UNKNOWN" and new["job_id"] == "8", json.dumps(new)
+    # the start record, where SIGKILL came first; or the gate's own word, where its handler ran in the 10 ms between
+    started = new["error"].endswith("not finished: killed or still running") and new["error"].startswith("started at 2")
+    assert (started and new["partial"] is True) or new["error"] == "interrupted by SIGTERM", json.dumps(new)
     assert {k: kept[k] for k in earlier} == earlier and os.readlink(prolog.here / "latest.json") == latest
     # a temporary file as a writer killed mid-write leaves one (Slurm's SIGKILL during the gate's
     # SIGTERM ending), one of a writer still running, and one of another host's writer
