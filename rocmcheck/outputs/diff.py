@@ -93,21 +93,30 @@ class SpeedChange:
     current: float
     baseline_best: float  # its fastest sample: what is judged
     current_best: float
-    slower_pct: float  # how much longer the fastest sample takes now (negative: faster), pytest-benchmark's
+    slower_pct: float  # how much longer the fastest sample takes now (negative: faster), pytest-benchmark's;
+    # beside the host where both runs timed the host's own work (`host_slower_pct`): how much longer
+    # relative to it, what is judged
     regression: bool
+    host_slower_pct: Optional[float] = None  # how much longer the host's fastest same work took now, or None
 
     def text(self) -> str:
         """'pcie-link GPU 1 h2d-pinned: 60.8 -> 11.2 GB/s, best sample 62.1 -> 11.9 (5.2x slower)';
         slower as the tolerance counts it, the same work taking that much longer."""
         where = self.variant if self.gpu is None else f"{self.variant} GPU {self.gpu}"
-        if not math.isfinite(self.slower_pct):
-            how = "none measured now"
-        elif self.slower_pct >= 100:
-            how = f"{self.slower_pct / 100 + 1:.2g}x slower"
-        else:
-            how = f"{abs(self.slower_pct):.0f}% {'slower' if self.slower_pct >= 0 else 'faster'}"
+        how = slower_text(self.slower_pct)
+        if self.host_slower_pct is not None:
+            how = f"{how} beside the host's same work, itself {slower_text(self.host_slower_pct)}"
         return (f"{where} {self.figure}: {self.baseline:.4g} -> {self.current:.4g} {self.unit}, best sample "
                 f"{self.baseline_best:.4g} -> {self.current_best:.4g} ({how})")
+
+
+def slower_text(pct: float) -> str:
+    """'5.2x slower', '12% slower', '3% faster', 'none measured now' for a slowdown in percent."""
+    if not math.isfinite(pct):
+        return "none measured now"
+    if pct >= 100:
+        return f"{pct / 100 + 1:.2g}x slower"
+    return f"{abs(pct):.0f}% {'slower' if pct >= 0 else 'faster'}"
 
 
 @dataclass
@@ -164,15 +173,23 @@ def figures_of(verdicts: Iterable[Verdict]) -> Dict[FigureKey, Tuple[SpeedFigure
     return found
 
 
-def times(figure: SpeedFigure) -> Any:
-    """A figure's samples as pytest-benchmark's statistics of the time per unit (a rate's reciprocal:
-    the seconds per GB or per TFLOP), so that its comparison reads them as it reads benchmark times."""
+def times(samples: List[float]) -> Any:
+    """Rate samples as pytest-benchmark's statistics of the time per unit (a rate's reciprocal: the
+    seconds per GB or per TFLOP), so that its comparison reads them as it reads benchmark times."""
     from pytest_benchmark.stats import Stats
 
     stats = Stats()
-    for rate in figure.samples:
+    for rate in samples:
         stats.update(1 / rate if rate > 0 else math.inf)
     return stats
+
+
+def judged_time(figure: SpeedFigure, beside_host: bool) -> float:
+    """What the comparison holds against the baseline's: the fastest sample's time per unit, or with
+    `beside_host` that over the fastest time of the host's same work (how many times the host's own
+    time the device's path takes: the host's speed of the moment divided out)."""
+    fastest = times(figure.samples).min
+    return fastest / times(figure.host_samples).min if beside_host else fastest
 
 
 def compare_speed(baseline: Iterable[Verdict], current: Iterable[Verdict], tolerance_pct: float) -> SpeedComparison:
@@ -189,9 +206,13 @@ def compare_speed(baseline: Iterable[Verdict], current: Iterable[Verdict], toler
             models = f"{base_model or 'an unknown model'} -> {cur_model or 'an unknown model'}"
             result.other_model[models] = result.other_model.get(models, 0) + 1
             continue
-        timed = {"min": times(cur).min}, {"min": times(base).min}  # (current, compared), as the check reads them
+        beside_host = bool(base.host_samples and cur.host_samples)
+        timed = ({"min": judged_time(cur, beside_host)},  # (current, compared), as the check reads them
+                 {"min": judged_time(base, beside_host)})
+        host = ({"min": times(cur.host_samples).min}, {"min": times(base.host_samples).min}) if beside_host else None
         result.changes.append(SpeedChange(key[0], key[1], key[2], cur.unit, base.value, cur.value, max(base.samples),
-                                          max(cur.samples), check.compute(*timed), bool(check.fails(*timed))))
+                                          max(cur.samples), check.compute(*timed), bool(check.fails(*timed)),
+                                          check.compute(*host) if host else None))
     return result
 
 
