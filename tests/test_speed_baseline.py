@@ -31,7 +31,7 @@ ON_A_SIMULATED_GPU = COPIES | ON_THE_CPU | {"matmul-bf16"}  # bf16 is left out o
 
 def test_the_measured_pairs_cover_the_cpu_and_simulated_gpus_idle_and_under_load_with_every_figure():
     pairs = TABLE["pairs"]
-    assert {"cpu", "simgpu", "simgpu1", "simgpu1+load"} <= set(pairs) and all(len(p) >= 5 for p in pairs.values())
+    assert {"cpu", "simgpu", "simgpu1", "simgpu1+load"} <= set(pairs) and all(len(p) >= 3 for p in pairs.values())
     assert sum(len(p) for p in pairs.values()) >= 50
     assert all({row["figure"] for row in pair} == ON_THE_CPU for where in pairs if where.startswith("cpu")
                for pair in pairs[where])
@@ -51,15 +51,17 @@ def test_the_default_tolerance_gives_no_false_alarm_over_the_measured_pairs():
         assert speed_noise.false_alarms(pairs, SPEED_TOLERANCE_PCT) == [], where
 
 
-def test_the_default_tolerance_is_the_rule_over_the_measured_noise():
-    """Twice the worst slowdown seen, rounded up to 5%: re-recording the table moves the default with it."""
+def test_the_default_tolerance_holds_to_the_rule_over_the_measured_noise():
+    """A quarter above the worst healthy slowdown seen, at most half of a 2x slowdown: re-recording
+    the table checks the default against it."""
     worst = max(speed_noise.worst_slowdown(pairs) for pairs in TABLE["pairs"].values())
-    assert SPEED_TOLERANCE_PCT == speed_noise.tolerance_from(worst)
+    assert speed_noise.tolerance_holds(SPEED_TOLERANCE_PCT, worst), worst
     assert any(speed_noise.false_alarms(pairs, worst * 0.99) for pairs in TABLE["pairs"].values())  # and it counts
 
 
-def test_the_rule_doubles_the_worst_slowdown_and_rounds_up_to_five():
-    assert [speed_noise.tolerance_from(w) for w in (-3, 0, 0.1, 17.3, 20, 82.2)] == [5, 5, 5, 35, 40, 165]
+def test_the_rule_wants_a_quarter_above_the_worst_and_at_most_half_of_2x():
+    assert speed_noise.tolerance_holds(50, 34.0) and speed_noise.tolerance_holds(50, 40.0)
+    assert not speed_noise.tolerance_holds(50, 40.1) and not speed_noise.tolerance_holds(55, 10)
 
 
 @pytest.mark.slow
