@@ -464,16 +464,20 @@ def measure_p2p(ctx, kind, count):
     stream and makes both devices wait for it)."""
     nbytes = P2P_BYTES["gpu" if ctx.gpu_sized else "cpu"]
     module = torchapi.device_module(f"{kind}:0")
+    host_source, host_target = torch.ones(nbytes // 4), torch.empty(nbytes // 4)
+    on_host = (lambda: host_target.copy_(host_source)) if ctx.simulated else None  # what bounds a simulated GPU's
     for src in range(count):
         for dst in (d for d in range(count) if d != src):
             source = torch.ones(nbytes // 4, device=f"{kind}:{src}")
             target = torch.empty(nbytes // 4, device=f"{kind}:{dst}")
             module.set_device(src)
-            seconds = torchapi.time_samples(torchapi.clock(f"{kind}:{src}"), lambda: target.copy_(source),
-                                            SPEED_SAMPLES)
+            seconds, host_seconds = torchapi.time_beside(torchapi.clock(f"{kind}:{src}"),
+                                                         lambda: target.copy_(source), on_host, SPEED_SAMPLES)
             ctx.measure_speed(f"p2p-{src}-{dst}", "GB/s", [float(f"{nbytes / s / 1e9:.4g}") for s in seconds],
                               f"device events of GPU {src}, 1 warm-up, {len(seconds)} samples of a "
-                              f"{nbytes // MIB} MiB copy_ from {kind}:{src} to {kind}:{dst}")
+                              f"{nbytes // MIB} MiB copy_ from {kind}:{src} to {kind}:{dst}"
+                              + (", each followed by the same copy host to host" if on_host else ""),
+                              [float(f"{nbytes / s / 1e9:.4g}") for s in host_seconds])
 
 
 @rocmcheck.probe(

@@ -51,42 +51,48 @@ LINKS = (
 )
 
 
-def clock_for(ctx: rocmcheck.ProbeContext) -> Any:
-    return torchapi.clock(ctx.device)
+def gbps(nbytes: int, seconds: List[float]) -> List[float]:
+    """GB/s of each timed copy of `nbytes`."""
+    return [nbytes / s / 1e9 for s in seconds]
 
 
-def sample_gbps(clock: Any, copy: Callable[[], Any], nbytes: int, samples: int) -> List[float]:
-    """GB/s of each of `samples` timed copies, after one untimed warm-up copy."""
-    return [nbytes / seconds / 1e9 for seconds in torchapi.time_samples(clock, copy, samples)]
-
-
-def copies(ctx: rocmcheck.ProbeContext, nbytes: int) -> Dict[str, Callable[[], Any]]:
+def copies(ctx: rocmcheck.ProbeContext, nbytes: int) -> Dict[str, Tuple[Callable[[], Any], Callable[[], Any]]]:
     """Each figure's copy between buffers allocated here, outside any clock: `copy_` into a
-    destination that already exists, so no timed copy allocates."""
+    destination that already exists, so no timed copy allocates; beside it, the same copy from
+    the same source done by the host alone (into a host buffer), which bounds a simulated GPU's."""
     n = nbytes // 4
     host = torch.ones(n, dtype=torch.float32)
     dev = torch.ones(n, dtype=torch.float32, device=ctx.device)
     dev_out = torch.empty_like(dev)
     host_out = torch.empty_like(host)
-    cases = {"h2d-pageable": lambda: dev_out.copy_(host), "d2h-pageable": lambda: host_out.copy_(dev)}
+    def on_host() -> Any:
+        return host_out.copy_(host)
+
+    cases = {"h2d-pageable": (lambda: dev_out.copy_(host), on_host),
+             "d2h-pageable": (lambda: host_out.copy_(dev), on_host)}
     if ctx.on_gpu:
         pinned, pinned_out = host.pin_memory(), torch.empty(n, dtype=torch.float32, pin_memory=True)
         strided = torch.ones(2 * n, dtype=torch.float32, pin_memory=True)[::2]
-        cases.update({"h2d-pinned": lambda: dev_out.copy_(pinned, non_blocking=True),
-                      "d2h-pinned": lambda: pinned_out.copy_(dev, non_blocking=True),
-                      "h2d-strided": lambda: dev_out.copy_(strided, non_blocking=True)})
+        cases.update({"h2d-pinned": (lambda: dev_out.copy_(pinned, non_blocking=True), lambda: host_out.copy_(pinned)),
+                      "d2h-pinned": (lambda: pinned_out.copy_(dev, non_blocking=True), lambda: pinned_out.copy_(host)),
+                      "h2d-strided": (lambda: dev_out.copy_(strided, non_blocking=True),
+                                      lambda: host_out.copy_(strided))})  # the gather, host to host
     return cases
 
 
 def measure_bandwidth(ctx: rocmcheck.ProbeContext) -> None:
-    """Record every copy's speed figure (its samples in GB/s, and how they were taken)."""
+    """Record every copy's speed figure (its samples in GB/s, and how they were taken; on a simulated
+    GPU with the same copy host to host timed after each, `ProbeContext.time_beside`)."""
     sized = ("gpu" if ctx.gpu_sized else "cpu", ctx.profile)
     nbytes, samples = BYTES[sized], SAMPLES[sized]
     clock = "device events" if ctx.on_gpu else "thread CPU time"
     method = f"{clock} around each copy_ of {nbytes // MIB} MiB into an allocated buffer, 1 warm-up, {samples} samples"
+    if ctx.simulated:
+        method += ", each followed by the same copy host to host"
     ctx.measure(bandwidth_bytes=nbytes)
-    for name, copy in copies(ctx, nbytes).items():
-        ctx.measure_speed(name, "GB/s", sample_gbps(clock_for(ctx), copy, nbytes, samples), method)
+    for name, (copy, on_host) in copies(ctx, nbytes).items():
+        seconds, host_seconds = ctx.time_beside(copy, on_host, samples)
+        ctx.measure_speed(name, "GB/s", gbps(nbytes, seconds), method, gbps(nbytes, host_seconds))
 
 
 def link_verdict(gpu: PciGpu) -> Tuple[Optional[bool], str]:

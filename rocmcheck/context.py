@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Mapping, NoReturn, Optional, Sequence, Type
+from typing import Any, Callable, Dict, Iterator, List, Mapping, NoReturn, Optional, Sequence, Tuple, Type
 
 from . import torchapi
 from .errors import Hang, Outcome, ProbeFailure, Skip
@@ -162,10 +162,13 @@ class ProbeContext:
         """Record measurements (kept whatever the verdict, e.g. GB/s, max error)."""
         self.measurements.update(values)
 
-    def measure_speed(self, name: str, unit: str, samples: Sequence[float], method: str = "") -> SpeedFigure:
-        """Record one rate (`SpeedFigure`: higher is better) under measurements["speed"][name]; the
+    def measure_speed(self, name: str, unit: str, samples: Sequence[float], method: str = "",
+                      host_samples: Sequence[float] = ()) -> SpeedFigure:
+        """Record one rate (`SpeedFigure`: higher is better) under measurements["speed"][name], with
+        the same work's rate on the host alone where it was measured beside it (`time_beside`); the
         runner and the outputs judge it, the probe only measures."""
-        figure = SpeedFigure(name, unit, [float(s) for s in samples], method)
+        figure = SpeedFigure(name, unit, [float(s) for s in samples], method,
+                             host_samples=[float(s) for s in host_samples])
         self.measurements.setdefault(SPEED_MEASUREMENTS, {})[name] = figure.to_dict()
         return figure
 
@@ -177,6 +180,16 @@ class ProbeContext:
         `budget_s`, sampling stops once that many seconds were timed, after at least `least`
         samples: a slow device keeps the gate's budget and still gives a median."""
         return torchapi.time_samples(torchapi.clock(self.device), work, samples, warmup, budget_s, least)
+
+    def time_beside(self, work: Callable[[], Any], on_host: Callable[[], Any], samples: int, warmup: int = 1,
+                    budget_s: Optional[float] = None) -> Tuple[List[float], List[float]]:
+        """As `time_samples`, and where the host does this device's work (a simulated GPU), `on_host`
+        (the same work on host tensors) timed right after each sample by the same clock: the host's
+        speed at that moment, what bounds the figure there (`SpeedFigure.host_samples`). Elsewhere
+        (a real GPU's events time its own work; on the CPU the work is the host's) `on_host` is
+        never called: (the seconds of `work`, those of `on_host` or [])."""
+        beside = on_host if self.simulated else None
+        return torchapi.time_beside(torchapi.clock(self.device), work, beside, samples, warmup, budget_s)
 
     def progress(self, text: str) -> None:
         """Say where the probe is: one line of the child's output, flushed at once, so the verdict

@@ -357,6 +357,11 @@ class SpeedFigure:
     method: str = ""  # the clock (device events or wall clock), warm-up, sizes: what a reader needs to trust it
     expected: Optional[float] = None  # the reference it was judged against (spec, node median), in `unit`
     reference: str = ""  # where `expected` comes from: the spec row's source link, "node median", ...
+    # The same work done by the host alone (host memory to host memory, a product of host tensors),
+    # timed by the same clock right after each sample, in `unit`: where the host does the device's
+    # work (a simulated GPU), the host's speed bounds the figure, and a baseline judges the figure
+    # against this, its bound, measured beside it (rocmcheck.outputs.diff). Empty elsewhere.
+    host_samples: List[float] = field(default_factory=list)
 
     @property
     def value(self) -> float:
@@ -365,13 +370,18 @@ class SpeedFigure:
         return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
     def to_dict(self) -> Dict[str, Any]:
-        return {**asdict(self), "value": self.value}
+        """Its fields and value; `host_samples` only where measured."""
+        data = {**asdict(self), "value": self.value}
+        if not self.host_samples:
+            del data["host_samples"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "SpeedFigure":
         samples = [float(s) for s in data.get("samples") or [data["value"]]]
         return cls(str(data["name"]), str(data["unit"]), samples, str(data.get("method", "")),
-                   None if data.get("expected") is None else float(data["expected"]), str(data.get("reference", "")))
+                   None if data.get("expected") is None else float(data["expected"]), str(data.get("reference", "")),
+                   [float(s) for s in data.get("host_samples") or []])
 
 
 def speed_figures(verdict: "Verdict") -> Dict[str, SpeedFigure]:

@@ -368,12 +368,25 @@ def time_samples(timer: Any, work: Callable[[], Any], samples: int, warmup: int 
     """Seconds each of `samples` calls of `work` took by `timer` (a clock above), after `warmup`
     untimed calls; with `budget_s`, sampling stops once that many seconds were timed, after at
     least `least` samples."""
+    return time_beside(timer, work, None, samples, warmup, budget_s, least)[0]
+
+
+def time_beside(timer: Any, work: Callable[[], Any], beside: Optional[Callable[[], Any]], samples: int,
+                warmup: int = 1, budget_s: Optional[float] = None, least: int = 3) -> Tuple[List[float], List[float]]:
+    """As `time_samples`, and with `beside` (the same work done elsewhere: by the host alone), that
+    timed by the same clock right after each call of `work`, so both see the same moment of a
+    shared machine: (the seconds of `work`, those of `beside`, [] without it)."""
     for _ in range(warmup):
         work()
+        if beside is not None:
+            beside()
     taken: List[float] = []
+    taken_beside: List[float] = []
     while len(taken) < samples and (budget_s is None or len(taken) < least or sum(taken) < budget_s):
         taken.append(timer.seconds(work))
-    return taken
+        if beside is not None:
+            taken_beside.append(timer.seconds(beside))
+    return taken, taken_beside
 
 
 def memory_info(device: Any) -> Tuple[int, int]:

@@ -129,7 +129,7 @@ def test_a_speed_figure_slower_beyond_the_tolerance_fails_the_diff_naming_it_wit
     data = json.loads((tmp_path / "diff.json").read_text())["speed"]
     assert data["regressions"] == [{"variant": "pcie-link", "gpu": 0, "figure": "h2d-pinned", "unit": "GB/s",
                                     "baseline": 100.0, "current": 60.0, "baseline_best": 100.0, "current_best": 60.0,
-                                    "slower_pct": pytest.approx(200 / 3), "regression": True}]
+                                    "slower_pct": pytest.approx(200 / 3), "regression": True, "host_slower_pct": None}]
     assert data["compared"] == 3 and data["tolerance_pct"] == SPEED_TOLERANCE_PCT and data["note"] == out[-1]
     assert main(["diff", base, cur, "--speed-tolerance", "70"]) == 0  # 67% is within 70
     assert capsys.readouterr().out.endswith("0 regressions beyond 70% slower\n")
@@ -157,6 +157,33 @@ def test_the_fastest_samples_are_judged_so_a_run_slowed_in_some_samples_only_is_
     slow = compare(base, run([0.05, 0.052, 0.051, 0.05, 0.05]), speed_tolerance_pct=45).speed
     assert [c.text() for c in slow.regressions] == [
         "speed GPU 0 matmul-fp32: 0.111 -> 0.05 TFLOPS, best sample 0.113 -> 0.052 (2.2x slower)"]
+
+
+def test_beside_the_host_a_figure_is_judged_against_the_hosts_same_work_timed_with_it():
+    """A simulated GPU's work is the host's: a busier host slows the figure and its host samples alike
+    (no regression, however much), while a device path twice as slow doubles the figure alone."""
+    def run(samples, host_samples=None):
+        data = report({"pcie-link": "skip"})
+        figure = {"unit": "GB/s", "samples": samples, **({"host_samples": host_samples} if host_samples else {})}
+        data["verdicts"][0].update(device={"index": 0, "model": "simulated GPU"},
+                                   measurements={"speed": {"h2d-strided": figure}})
+        return Report.from_dict(data)
+
+    def judged(current):
+        return compare(base, current, speed_tolerance_pct=50).speed.changes[0]
+
+    base = run([7.0, 7.278, 6.9], [4.0, 4.1, 3.9])
+    busier = judged(run([3.8, 4.194, 3.7], [2.3, 2.36, 2.2]))  # 74% slower, the host's gather 74% slower too
+    assert not busier.regression and abs(busier.slower_pct) < 1
+    assert busier.host_slower_pct == pytest.approx(73.7, 0.01)
+    assert busier.text().endswith("best sample 7.278 -> 4.194 (0% faster beside the host's same work, "
+                                  "itself 74% slower)")
+    slowed = judged(run([3.5, 3.639, 3.4], [4.0, 4.1, 3.9]))  # the device path twice as slow, the host as before
+    assert slowed.regression and slowed.slower_pct == pytest.approx(100) and slowed.host_slower_pct == 0
+    hidden = judged(run([4.9, 5.0, 4.8], [8.0, 8.2, 7.9]))  # 2x slower beside a host twice as fast: 46% alone
+    assert hidden.regression and hidden.slower_pct == pytest.approx(191, abs=1)
+    older = judged(run([3.8, 4.194, 3.7]))  # a report without the host's samples: the fastest samples alone
+    assert older.regression and older.host_slower_pct is None and older.text().endswith("(74% slower)")
 
 
 @pytest.mark.parametrize("baseline, current, line", [

@@ -28,6 +28,7 @@ def test_bandwidth_on_the_cpu_is_measured_host_to_host_then_skips(rocm_run):
     for name, figure in figures.items():
         assert figure.unit == "GB/s" and len(figure.samples) == 40 and min(figure.samples) > 0, (name, figure)
         assert figure.method.startswith("thread CPU time") and "4 MiB" in figure.method
+        assert figure.host_samples == []  # the CPU's copies are the host's: nothing to time beside them
         assert "40 samples" in figure.method
     assert m["bandwidth_bytes"] == 4 << 20
 
@@ -43,19 +44,38 @@ def test_samples_are_timed_by_the_clock_given_after_an_untimed_warm_up():
             copy()
             return self.durations.pop(0)
 
+    from rocmcheck import torchapi
+
     calls = []
     clock = Scripted([0.004, 0.001, 0.002, 0.008, 0.002])
-    rates = probe_module("pcie").sample_gbps(clock, lambda: calls.append(1), 8_000_000, 5)
-    assert rates == [2.0, 8.0, 4.0, 1.0, 4.0]  # every sample, in order: the figure keeps them all
+    seconds = torchapi.time_samples(clock, lambda: calls.append(1), 5)
+    assert probe_module("pcie").gbps(8_000_000, seconds) == [2.0, 8.0, 4.0, 1.0, 4.0]  # every sample, in order
     assert len(calls) == 6 and clock.durations == []  # warm-up + 5 samples, each sample timed once
+
+
+def test_the_host_work_beside_is_timed_right_after_each_sample_by_the_same_clock():
+    from rocmcheck import torchapi
+
+    class Recording:
+        """A clock that says which work it timed: 1 s for the device's, 2 s for the host's."""
+
+        def seconds(self, work):
+            return work()
+
+    calls = []
+    device, host = (lambda: calls.append("device") or 1.0), (lambda: calls.append("host") or 2.0)
+    assert torchapi.time_beside(Recording(), device, host, 3, warmup=1) == ([1.0] * 3, [2.0] * 3)
+    assert calls == ["device", "host"] * 4  # a warm-up of each, then each sample followed by the host's
+    calls.clear()
+    assert torchapi.time_beside(Recording(), device, None, 2, warmup=0) == ([1.0, 1.0], [])
+    assert calls == ["device", "device"]
 
 
 def test_device_events_time_gpu_copies_and_the_threads_cpu_time_cpu_ones():
     from rocmcheck import torchapi
 
-    mod = probe_module("pcie")
-    assert isinstance(mod.clock_for(rocmcheck.ProbeContext(device="cuda:1")), torchapi.EventClock)
-    cpu = mod.clock_for(rocmcheck.ProbeContext(device="cpu"))
+    assert isinstance(torchapi.clock("cuda:1"), torchapi.EventClock)
+    cpu = torchapi.clock("cpu")
     assert isinstance(cpu, torchapi.ThreadClock) and cpu.seconds(lambda: sum(range(100000))) > 0
     assert cpu.seconds(lambda: time.sleep(0.2)) < 0.1  # the thread's work, not the time it waited
     assert isinstance(torchapi.clock("cpu", waits=True), torchapi.WallClock)  # a collective waits on other ranks

@@ -1,9 +1,11 @@
-"""Speed against a baseline: no false alarm over healthy runs, and a planted copy slowdown caught.
+"""Speed against a baseline: no false alarm over healthy runs, and every figure slowed 2x caught.
 
 The default tolerance comes from run-to-run noise measured on a loaded 2-core machine: the pairs of
-healthy runs in tests/data/speed_noise.json (written by `scripts/speed_noise.py --record`) hold it
-to its rule and to no false alarm; the slow tier measures fresh pairs. The slow-copy fault on two
-simulated GPUs is the regression `rocmcheck diff` must name, with both figures.
+healthy runs in tests/data/speed_noise.json (written by `scripts/speed_noise.py --record`: the CPU,
+two simulated GPUs, one simulated GPU as issue 40 ran it, alone and beside a memory-copying load)
+hold it to its rule and to no false alarm; the slow tier measures fresh pairs. The faults that slow
+a simulated GPU's copies, products and memory work 2x are the regressions `rocmcheck diff` must
+name, each with both figures.
 """
 from __future__ import annotations
 
@@ -23,15 +25,23 @@ speed_noise = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(speed_noise)
 TABLE = json.loads(speed_noise.TABLE.read_text())
 COPIES = {"h2d-pageable", "d2h-pageable", "h2d-pinned", "d2h-pinned", "h2d-strided"}
-ON_THE_CPU = {"h2d-pageable", "d2h-pageable", "matmul-fp32", "matmul-bf16", "device-memory-copy", "device-memory-triad"}
+ON_THE_CPU = {"h2d-pageable", "d2h-pageable", "matmul-fp32", "device-memory-copy", "device-memory-triad"}
+ON_A_SIMULATED_GPU = COPIES | ON_THE_CPU | {"matmul-bf16"}  # bf16 is left out on the CPU itself (probes/speed.py)
 
 
-def test_the_measured_pairs_are_at_least_ten_on_the_cpu_and_on_simulated_gpus_with_every_figure():
+def test_the_measured_pairs_cover_the_cpu_and_simulated_gpus_idle_and_under_load_with_every_figure():
     pairs = TABLE["pairs"]
-    assert set(pairs) == {"cpu", "simgpu"} and all(len(p) >= 10 for p in pairs.values())
-    assert all({row["figure"] for row in pair} == ON_THE_CPU for pair in pairs["cpu"])
-    on_each_gpu = {(g, f) for g in (0, 1) for f in COPIES | ON_THE_CPU} | {(0, "p2p-0-1"), (0, "p2p-1-0")}
+    assert {"cpu", "simgpu", "simgpu1", "simgpu1+load"} <= set(pairs) and all(len(p) >= 3 for p in pairs.values())
+    assert sum(len(p) for p in pairs.values()) >= 50
+    assert all({row["figure"] for row in pair} == ON_THE_CPU for where in pairs if where.startswith("cpu")
+               for pair in pairs[where])
+    on_each_gpu = {(g, f) for g in (0, 1) for f in ON_A_SIMULATED_GPU} | {(0, "p2p-0-1"), (0, "p2p-1-0")}
     assert all({(row["gpu"], row["figure"]) for row in pair} == on_each_gpu for pair in pairs["simgpu"])
+    one_gpu = [pair for where in ("simgpu1", "simgpu1+load") for pair in pairs[where]]
+    assert all({(row["gpu"], row["figure"]) for row in pair} == {(0, f) for f in ON_A_SIMULATED_GPU}
+               for pair in one_gpu)
+    assert all(len(row[f"{side}_host"]) == len(row[side]) for pair in one_gpu for row in pair
+               for side in ("baseline", "current"))  # the host's same work, one sample beside each
     assert all(len(row["baseline"]) >= 3 and len(row["current"]) >= 3 for p in pairs.values() for pair in p
                for row in pair)  # the samples, as the runs recorded them
 
@@ -41,15 +51,17 @@ def test_the_default_tolerance_gives_no_false_alarm_over_the_measured_pairs():
         assert speed_noise.false_alarms(pairs, SPEED_TOLERANCE_PCT) == [], where
 
 
-def test_the_default_tolerance_is_the_rule_over_the_measured_noise():
-    """Twice the worst slowdown seen, rounded up to 5%: re-recording the table moves the default with it."""
+def test_the_default_tolerance_holds_to_the_rule_over_the_measured_noise():
+    """A quarter above the worst healthy slowdown seen, at most half of a 2x slowdown: re-recording
+    the table checks the default against it."""
     worst = max(speed_noise.worst_slowdown(pairs) for pairs in TABLE["pairs"].values())
-    assert SPEED_TOLERANCE_PCT == speed_noise.tolerance_from(worst)
+    assert speed_noise.tolerance_holds(SPEED_TOLERANCE_PCT, worst), worst
     assert any(speed_noise.false_alarms(pairs, worst * 0.99) for pairs in TABLE["pairs"].values())  # and it counts
 
 
-def test_the_rule_doubles_the_worst_slowdown_and_rounds_up_to_five():
-    assert [speed_noise.tolerance_from(w) for w in (-3, 0, 0.1, 17.3, 20, 82.2)] == [5, 5, 5, 35, 40, 165]
+def test_the_rule_wants_a_quarter_above_the_worst_and_at_most_half_of_2x():
+    assert speed_noise.tolerance_holds(50, 34.0) and speed_noise.tolerance_holds(50, 40.0)
+    assert not speed_noise.tolerance_holds(50, 40.1) and not speed_noise.tolerance_holds(55, 10)
 
 
 @pytest.mark.slow
@@ -60,6 +72,54 @@ def test_a_fresh_pair_of_healthy_runs_is_no_regression(where, tmp_path):
     pair = speed_noise.pair_figures(*runs)
     assert {row["figure"] for row in pair} >= ON_THE_CPU
     assert speed_noise.false_alarms([pair], SPEED_TOLERANCE_PCT) == []
+
+
+def worst_pair_alone():
+    """(place, pair, change): the measured healthy pair whose figure slowed most judged by the fastest
+    samples alone, as rocmcheck judged every figure before it timed the host beside a simulated GPU."""
+    found = [(where, pair, c) for where, pairs in TABLE["pairs"].items() for pair in pairs
+             for c in speed_noise.judged(pair, 0.0, beside_host=False).changes]
+    return max(found, key=lambda each: each[2].slower_pct)
+
+
+def test_the_healthy_pair_at_the_worst_measured_spread_is_no_regression_beside_the_host():
+    """Issue 40: two healthy `rocmcheck run --inject simgpu:1` back to back, one figure's fastest sample
+    far slower in the second because the host was; judged beside the host's same work, it is not."""
+    where, pair, alone = worst_pair_alone()
+    assert where.startswith("simgpu") and alone.slower_pct > SPEED_TOLERANCE_PCT, alone.text()  # flagged alone
+    assert speed_noise.false_alarms([pair], SPEED_TOLERANCE_PCT) == []
+    judged = next(c for c in speed_noise.judged(pair, 0.0).changes if c.figure == alone.figure and c.gpu == alone.gpu)
+    assert judged.host_slower_pct is not None and judged.host_slower_pct > SPEED_TOLERANCE_PCT  # the host was slower
+
+
+def test_beside_the_host_there_are_fewer_false_alarms_than_by_the_figures_alone_over_the_measured_pairs():
+    for tolerance in (20, 30, 40):
+        beside = sum(len(speed_noise.false_alarms(pairs, tolerance)) for pairs in TABLE["pairs"].values())
+        alone = sum(len(speed_noise.false_alarms(pairs, tolerance, beside_host=False))
+                    for pairs in TABLE["pairs"].values())
+        assert beside < alone, tolerance
+
+
+@pytest.mark.children
+def test_a_2x_slowdown_of_each_figure_on_a_simulated_gpu_is_a_regression_and_only_its_own(tmp_path, capsys):
+    """Each fault that slows figures twice (host copies, products, memory work) against a healthy
+    baseline: `rocmcheck diff` names exactly the figures it slows, each about 2x beside the host."""
+    def run(name, faults=""):
+        main(["run", "--probe", "pcie-link", "--probe", "speed", "--inject", "simgpu:1" + faults,
+              "--out-dir", str(tmp_path), "--json", str(tmp_path / name)])
+        return str(tmp_path / name)
+
+    base = run("base.json")
+    slowed = {",simgpu-slow-copy:2": COPIES | {"device-memory-triad"},  # the triad's CPU fallback copies via the host
+              ",simgpu-slow-matmul:0:2": {"matmul-fp32", "matmul-bf16"},
+              ",simgpu-slow-memory:0:2": {"device-memory-copy", "device-memory-triad"}}
+    for faults, figures in slowed.items():
+        now = run(f"{faults[1:]}.json", faults)
+        capsys.readouterr()
+        assert main(["diff", base, now, "--json", str(tmp_path / "diff.json")]) == 1
+        regressions = json.loads((tmp_path / "diff.json").read_text())["speed"]["regressions"]
+        assert {r["figure"] for r in regressions} == figures, (faults, capsys.readouterr().out)
+        assert all(r["slower_pct"] > 60 and r["host_slower_pct"] is not None for r in regressions), regressions
 
 
 @pytest.mark.children
@@ -77,7 +137,7 @@ def test_a_slow_copy_on_simulated_gpus_is_a_regression_in_diff_naming_each_figur
     assert main(["diff", base, slow, "--json", str(tmp_path / "diff.json")]) == 1
     out = capsys.readouterr().out
     named = re.findall(r"^SPEED REGRESSION pcie-link GPU (\d) ([a-z2-]+): ([\d.]+) -> ([\d.]+) GB/s, "
-                       r"best sample ([\d.]+) -> ([\d.]+) \((\d\.?\d*)x slower\)$", out, re.M)
+                       r"best sample ([\d.]+) -> ([\d.]+) \((\d\.?\d*)x slower beside the host's", out, re.M)
     assert {(int(g), f) for g, f, *_ in named} == {(g, f) for g in (0, 1) for f in COPIES}, out
     assert all(float(b) > 2 * float(c) and float(bb) > 2 * float(cb) for _, _, b, c, bb, cb, _ in named)  # 4x as long
     assert "0 regressions, 0 fixes" in out and "; 10 regressions beyond" in out  # the statuses did not change

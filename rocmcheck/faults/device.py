@@ -70,6 +70,16 @@ def _slow_matmul(arg: Optional[str]) -> None:
     simgpu.set_fault("slow-matmul", index)
 
 
+@fault("simgpu-slow-memory", f"simulated GPU IDX (default 1) does its memory work (copies within it and to or from "
+       f"another GPU, and every op but a matrix product: STREAM's copy and triad, peer copies) FACTOR times as slow "
+       f"(default {SLOW_FACTOR}); its results stay right, its products and host copies keep their speed: memory at "
+       "a fraction of its clock", args="IDX[:FACTOR]", needs="simgpu", parse_arg=_slow_target)
+def _slow_memory(arg: Optional[str]) -> None:
+    index, factor = _slow_target(arg or "1")
+    simgpu.set_fault("slow-memory-factor", factor)
+    simgpu.set_fault("slow-memory", index)
+
+
 def _flip_target(arg: str) -> "tuple":
     """IDX:RATE -> (GPU index, rate per call); ValueError when either is bad."""
     index, colon, rate = arg.partition(":")

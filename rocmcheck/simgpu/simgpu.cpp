@@ -56,13 +56,17 @@ std::atomic<StreamId> g_next_stream{1};
 // bytes, 0 = off); copies on a side stream deliver the previous copy's bytes; one device whose
 // floating-point results (every op it computes, convolutions included) come out wrong (-1 = none);
 // one device whose matrix products take g_slow_matmul_factor times as long (-1 = none); every copy
-// between the host and a device taking g_slow_copy times as long (below 2 = off).
+// between the host and a device taking g_slow_copy times as long (below 2 = off); one device whose
+// memory work (copies within it and to or from another device, and every op it computes but a
+// product) takes g_slow_memory_factor times as long (-1 = none).
 int64_t g_tail_denominator = 0;
 int64_t g_slow_copy = 0;
 bool g_stale_side_stream = false;
 int64_t g_wrong_device = -1;
 int64_t g_slow_matmul_device = -1;
 int64_t g_slow_matmul_factor = 3;
+int64_t g_slow_memory_device = -1;
+int64_t g_slow_memory_factor = 3;
 // One device whose matrix products (mm, bmm, addmm, baddbmm, addbmm) come back with the lowest bit of one
 // element flipped: in every product (rate 1) or in each with probability rate (-1 = none).
 int64_t g_flip_device = -1;
@@ -449,6 +453,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   bool host_side = self.device().is_cpu() || dst.device().is_cpu();
   if (host_side && g_slow_copy > 1)  // the planted slow link: the copy takes g_slow_copy times as long
     busy_until(began + (device_clock() - began) * g_slow_copy);
+  c10::Device slow_memory(kType, g_slow_memory_device);
+  if (!host_side && g_slow_memory_device >= 0 && (self.device() == slow_memory || dst.device() == slow_memory))
+    busy_until(began + (device_clock() - began) * g_slow_memory_factor);  // the planted slow memory
   bool to_device = dst.device().type() == kType && self.device().is_cpu();
   if (to_device && g_stale_side_stream) stale_side_stream(dst);
   if (to_device && non_blocking && g_tail_denominator > 0 && dst.is_contiguous() && dst.nbytes()) {
@@ -507,6 +514,8 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       result.device() == c10::Device(kType, g_slow_matmul_device)) {
     busy_until(began + (device_clock() - began) * g_slow_matmul_factor);
   }
+  if (g_slow_memory_device >= 0 && !is_product(op) && result.device() == c10::Device(kType, g_slow_memory_device))
+    busy_until(began + (device_clock() - began) * g_slow_memory_factor);
   maybe_sag(op, result, began);
   maybe_stuck(result);  // an in-place op's result is the block it wrote (its copy back came through copy_from)
 }
@@ -568,6 +577,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     else if (name == "slow-matmul") g_slow_matmul_device = value;
     else if (name == "slow-copy") g_slow_copy = value;
     else if (name == "slow-matmul-factor") g_slow_matmul_factor = std::max<int64_t>(value, 1);
+    else if (name == "slow-memory") g_slow_memory_device = value;
+    else if (name == "slow-memory-factor") g_slow_memory_factor = std::max<int64_t>(value, 1);
     else TORCH_CHECK(false, "simgpu: no fault named ", name);
   });
   m.def("set_stuck_bit", [](int64_t device, int64_t address, int64_t bit, int64_t value) {
