@@ -13,9 +13,10 @@ fixed workload under deterministic settings and compares bits, three ways:
   names the faulty GPU with no other GPU to compare with. The host knows that answer without
   doing the product: B is a known low-rank integer matrix, B = X @ Y with X (k x r) and Y (r x n)
   of {-1, 0, 1} and r <= the dtype's |x| bound, so A @ B = (A @ X) @ Y costs the host r(mk + mn)
-  multiply-adds (float64 BLAS, exact for integers below 2**53) while the GPU does all m*k*n of
-  the full product on dense small integers. (int64 products at the GPU's sizes took numpy 43 s, 55 s of
-  CPU time on this project's 2-core machine, issue 39; the gate's budget is 2 s.) The answer never comes from the GPU.
+  multiply-adds (the host's float32 BLAS, exact: every partial sum is an integer below 2**24)
+  while the GPU does all m*k*n of the full product. (int64 products at the GPU's sizes took numpy
+  43 s, 55 s of CPU time on this project's 2-core machine: issue 39; the gate's budget is 2 s.)
+  The answer never comes from the GPU.
 - *across repeats*: the same work again and again for the level's budget, every output compared
   bit for bit with the first run's (on the device, read back once a second).
 - *across the node's GPUs* (and a fleet): the first run's outputs are hashed on the device
