@@ -23,7 +23,8 @@ fixed workload under deterministic settings and compares bits, three ways:
   (`digest`: an exact weighted sum of their bits, 8 bytes read back per output rather than every
   output's bytes, hundreds of MB at a GPU's sizes; sha256 of those sums on the host) into a
   `WorkloadHashes` record with its key (arch, device, torch, ROCm/CUDA, the BLAS chosen and the
-  library versions torch tells; on the CPU and the simulated GPUs, the CPU's vector ISA, BLAS and thread count, which change the bits); the runner compares the records
+  library versions torch tells; on the CPU and the simulated GPUs, the CPU's vector ISA, BLAS and
+  thread count, which change the bits); the runner compares the records
   of a node's GPUs (`rocmcheck.agreement`), `rocmcheck matrix` a fleet's.
 
 The workload: a chain of matrix products in fp32, fp16 and bf16 (every link compared), exact
