@@ -9,23 +9,39 @@ fixed workload under deterministic settings and compares bits, three ways:
 - *against the exact answer*: matrix products of small integers, bounded so that every product
   and partial sum is exactly representable in the dtype (fp32: |x| <= 8, |sum| <= 64 K < 2**24;
   fp16: |x| <= 4, K <= 64, |sum| <= 1024 < 2**11; bf16: |x| <= 2, K <= 64, |sum| <= 256 = 2**8),
-  have one right result in any summation order, computed on the host in int64. Any difference
-  is wrong on this GPU alone: it names the faulty GPU with no other GPU to compare with.
+  have one right result in any summation order. Any difference is wrong on this GPU alone: it
+  names the faulty GPU with no other GPU to compare with. The host knows that answer without
+  doing the product: B is a known low-rank integer matrix, B = X @ Y with X (k x r) and Y (r x n)
+  of {-1, 0, 1} and r <= the dtype's |x| bound, so A @ B = (A @ X) @ Y costs the host r(mk + mn)
+  multiply-adds (the host's float32 BLAS, exact: every partial sum is an integer below 2**24)
+  while the GPU does all m*k*n of the full product. (int64 products at the GPU's sizes took numpy
+  43 s, 55 s of CPU time on this project's 2-core machine: issue 39; the gate's budget is 2 s.)
+  The answer never comes from the GPU.
 - *across repeats*: the same work again and again for the level's budget, every output compared
   bit for bit with the first run's (on the device, read back once a second).
-- *across the node's GPUs* (and a fleet): the first run's outputs are hashed (sha256 of their
-  bytes) into a `WorkloadHashes` record with its key (arch, device, torch, ROCm/CUDA, the BLAS
-  chosen and the library versions torch tells; on the CPU and the simulated GPUs, the CPU's
-  vector ISA, BLAS and thread count, which change the bits); the runner compares the records
+- *across the node's GPUs* (and a fleet): the first run's outputs are hashed on the device
+  (`digest`: an exact weighted sum of their bits, 8 bytes read back per output rather than every
+  output's bytes, hundreds of MB at a GPU's sizes; sha256 of those sums on the host) into a
+  `WorkloadHashes` record with its key (arch, device, torch, ROCm/CUDA, the BLAS chosen and the
+  library versions torch tells; on the CPU and the simulated GPUs, the CPU's vector ISA, BLAS and
+  thread count, which change the bits); the runner compares the records
   of a node's GPUs (`rocmcheck.agreement`), `rocmcheck matrix` a fleet's.
 
 The workload: a chain of matrix products in fp32, fp16 and bf16 (every link compared), exact
 products in the same dtypes, an fp32 convolution, attention forward and backward (the math
-SDPA backend), and one AdamW step of a small MLP. Inputs come from numpy with fixed seeds and
-are copied to the device. Settings: `torch.use_deterministic_algorithms(True)`, TF32 off,
-cuDNN benchmark off and CUBLAS_WORKSPACE_CONFIG=:4096:8 before the runtime starts (the variant
-runs in a fresh interpreter for it), cuBLAS (rocBLAS on ROCm) as the BLAS where torch lets one
-choose. A real GPU gets larger work than the CPU and the simulated GPUs (SIZES).
+SDPA backend), and one AdamW step of a small MLP. Inputs are windows of one pool of uniform
+numbers drawn by numpy with a fixed seed (`Pool`: the host draws as many numbers as the largest
+input holds, twice, not every input's), copied to the device. Settings:
+`torch.use_deterministic_algorithms(True)`, TF32 off, cuDNN benchmark off (put back after each
+task in a worker), CUBLAS_WORKSPACE_CONFIG=:4096:8 before the runtime starts (every child of a
+run gets it, `torchapi.child_cublas_env`, so the variant shares its GPU's worker; a user's value
+that is not deterministic gives it a fresh interpreter with ours), cuBLAS (rocBLAS on ROCm) as
+the BLAS where torch lets one choose. A real GPU gets larger work than the CPU and the simulated
+GPUs (SIZES); how much of it runs follows the device: the work repeats at the measured pace
+until the budget is spent, so a faster GPU compares more rounds, not larger shapes.
+
+The host's share at a GPU's sizes (tests/test_gpu_sizes.py runs it with free device work):
+the pool, the exact answers and the dtype roundings, O(elements) each; held to the budget.
 
 Levels (the variant's `level`, chosen by `rocmcheck run --level`; budgets per GPU in
 `rocmcheck.engine.options.LEVEL_BUDGETS_S`, `--duration` replaces those of levels 2 and 3; at levels 2
@@ -59,9 +75,11 @@ from rocmcheck import numeric, torchapi
 from rocmcheck.lazy import np, torch
 from rocmcheck.model import SDC_EXACT, SDC_MEASUREMENTS, WorkloadHashes
 
-WORKLOAD = "sdc-1"  # a change of the work is a new version: records of two versions are never compared
-WORKSPACE = ":4096:8"  # CUBLAS_WORKSPACE_CONFIG that makes cuBLAS deterministic (torch's reproducibility notes)
+# a change of the work is a new version: records of two versions are never compared (sdc-2: low-rank
+# exact products, inputs from one pool, hashes summed on the device)
+WORKLOAD = "sdc-2"
 SEED = 33
+WEIGHT_STEP = 40503  # odd: a word's weight in `bit_sum` is (position x WEIGHT_STEP mod 2**15) | 1
 CONFIRM = 8  # further runs of an op whose repeat differed: a wrong result, or work that is not deterministic
 LEVEL_SHARE = 0.35  # of each GPU's level-2/3 budget (gpu-memory 0.25, sustained-load 0.4); level 1 is sdc's alone
 CHECK_EVERY_S = 1.0  # how often the device's mismatch counts are read back (each read waits for the device)
@@ -73,7 +91,9 @@ EXACT_LIMIT = {"float32": 8, "float16": 4, "bfloat16": 2}
 SIZES: Dict[str, Any] = {
     "chain": ((2048, 2048, 4), (64, 128, 4)),  # rows, width, links (the CPU's fp16 products are slow)
     "exact-fp32": ((8, 1024, 1024, 1024), (0, 128, 256, 128)),  # batch (0: 2-D), m, k, n
-    "exact-half": ((8, 2048, 64, 2048), (0, 128, 64, 128)),  # fp16 and bf16: k <= 64 keeps every sum exact
+    # fp16 and bf16: k <= 64 keeps every sum exact, so the product is bound by writing its output (64
+    # multiply-adds an element); 8 M elements a product keep the host's exact answer at ~0.1 s
+    "exact-half": ((8, 1024, 64, 1024), (0, 128, 64, 128)),
     "conv": (((16, 64, 64, 64), (128, 64, 3, 3)), ((4, 8, 32, 32), (16, 8, 3, 3))),  # input, weight
     "attention": ((8, 16, 512, 64), (2, 4, 64, 32)),  # batch, heads, length, head dim
     "mlp": ((512, 1024, 4096), (64, 128, 256)),  # batch, width, hidden
@@ -118,6 +138,40 @@ def on_device(ctx: rocmcheck.ProbeContext, x: Any, dtype: str = "float32") -> An
     return numeric.from_numpy(x, dtype).to(ctx.device)
 
 
+class Pool:
+    """The inputs' numbers: windows of one uniform draw in [-1, 1), at offsets that differ per input.
+
+    Drawing every input apart cost the host ~50 M float64 normals at a GPU's sizes (about 2 s of
+    the 2 s budget on this project's CPU machine); uniform float32 numbers cost a fraction of
+    normal ones, and inputs that share numbers at other offsets are as good for comparing bits
+    (each op's outputs are compared with its own first run, answer and other GPUs)."""
+
+    STRIDE = 7919  # a prime: successive windows start at unrelated offsets
+
+    def __init__(self, rng: Any, largest: int):
+        self.numbers = rng.random(2 * largest, dtype=np.float32) * np.float32(2) - np.float32(1)  # [-1, 1)
+        self.largest = largest
+        self.taken = 0
+
+    def take(self, shape: Tuple[int, ...], scale: float = 1.0) -> Any:
+        count = int(np.prod(shape))
+        if count > self.largest:
+            raise ValueError(f"an input of {count} numbers from a pool for {self.largest}")
+        start = (self.taken * self.STRIDE) % (self.largest + 1)
+        self.taken += 1
+        window = self.numbers[start:start + count].reshape(shape)
+        return window * np.float32(scale) if scale != 1.0 else window
+
+
+def largest_input(ctx: rocmcheck.ProbeContext) -> int:
+    """The most numbers one input of the workload holds at this device's sizes."""
+    rows, width, _ = size(ctx, "chain")
+    (shape, kernel), attention_shape = size(ctx, "conv"), size(ctx, "attention")
+    batch, width_mlp, hidden = size(ctx, "mlp")
+    return max(rows * width, width * width, int(np.prod(shape)), int(np.prod(kernel)),
+               int(np.prod(attention_shape)), width_mlp * hidden, batch * width_mlp)
+
+
 def exact_bound(dtype: str) -> int:
     """Every integer of magnitude up to this one is exact in `dtype`: 2**(mantissa bits + 1)."""
     return 1 << (numeric.FLOAT_FORMATS[dtype][1] + 1)
@@ -125,27 +179,33 @@ def exact_bound(dtype: str) -> int:
 
 def exact_product(ctx: rocmcheck.ProbeContext, dtype: str, shape: Any, rng: Any) -> Work:
     """A @ B of small integers with its exact answer: |x| <= EXACT_LIMIT and k bounded, so every
-    product and partial sum is an integer the dtype holds exactly, whatever the summation order."""
+    product and partial sum is an integer the dtype holds exactly, whatever the summation order.
+    B = X @ Y with X, Y of {-1, 0, 1} and inner size r = EXACT_LIMIT, so |B| <= r and the host's
+    answer (A @ X) @ Y costs r(mk + mn) multiply-adds, not mkn."""
     batch, m, k, n = shape
     limit = EXACT_LIMIT[dtype]
     if k * limit * limit > exact_bound(dtype):
         raise ValueError(f"{dtype} {m}x{k}x{n} with |x| <= {limit} has sums beyond {exact_bound(dtype)}: not exact")
     lead = (batch,) if batch else ()
-    a = rng.integers(-limit, limit + 1, lead + (m, k))
-    b = rng.integers(-limit, limit + 1, lead + (k, n))
-    ta, tb = on_device(ctx, a, dtype), on_device(ctx, b, dtype)
-    return Work(f"exact-{dtype_key(dtype)}", lambda: [torch.matmul(ta, tb)], [a @ b])
+    a = rng.integers(-limit, limit + 1, lead + (m, k), dtype=np.int8).astype(np.float32)
+    # one B for the batch (torch folds the batch into one product of batch*m rows: every multiply-add still runs)
+    x = rng.integers(-1, 2, (k, limit), dtype=np.int8).astype(np.float32)
+    y = rng.integers(-1, 2, (limit, n), dtype=np.int8).astype(np.float32)
+    # every partial sum is an integer of magnitude <= k * limit**2 <= 2**24: exact in the host's float32 BLAS
+    answer = np.matmul(np.matmul(a, x), y)
+    ta, tb = on_device(ctx, a, dtype), on_device(ctx, np.matmul(x, y), dtype)
+    return Work(f"exact-{dtype_key(dtype)}", lambda: [torch.matmul(ta, tb)], [answer])
 
 
 def dtype_key(dtype: str) -> str:
     return next(k for k, v in DTYPES.items() if v == dtype)
 
 
-def chain(ctx: rocmcheck.ProbeContext, dtype: str, rng: Any) -> Work:
+def chain(ctx: rocmcheck.ProbeContext, dtype: str, pool: Pool) -> Work:
     """x @ W1 @ W2 @ ...; every link is an output (a low bit lost in a later rounding still shows)."""
     rows, width, links = size(ctx, "chain")
-    x = on_device(ctx, rng.standard_normal((rows, width)), dtype)
-    weights = [on_device(ctx, rng.standard_normal((width, width)) / np.sqrt(width), dtype) for _ in range(links)]
+    x = on_device(ctx, pool.take((rows, width)), dtype)
+    weights = [on_device(ctx, pool.take((width, width), 1 / np.sqrt(width)), dtype) for _ in range(links)]
 
     def run() -> List[Any]:
         outs, y = [], x
@@ -157,18 +217,18 @@ def chain(ctx: rocmcheck.ProbeContext, dtype: str, rng: Any) -> Work:
     return Work(f"chain-{dtype_key(dtype)}", run)
 
 
-def convolution(ctx: rocmcheck.ProbeContext, rng: Any) -> Work:
+def convolution(ctx: rocmcheck.ProbeContext, pool: Pool) -> Work:
     shape, kernel = size(ctx, "conv")
-    x, w = on_device(ctx, rng.standard_normal(shape)), on_device(ctx, rng.standard_normal(kernel) / 8)
-    b = on_device(ctx, rng.standard_normal(kernel[0]))
+    x, w = on_device(ctx, pool.take(shape)), on_device(ctx, pool.take(kernel, 1 / 8))
+    b = on_device(ctx, pool.take((kernel[0],)))
     return Work("conv-fp32", lambda: [torch.nn.functional.conv2d(x, w, b, padding=1)])
 
 
-def attention(ctx: rocmcheck.ProbeContext, rng: Any) -> Work:
+def attention(ctx: rocmcheck.ProbeContext, pool: Pool) -> Work:
     """Scaled dot-product attention forward and backward under the math backend (the fused
     backends' backward is not deterministic on CUDA: torch's reproducibility notes)."""
     shape = size(ctx, "attention")
-    q0, k0, v0, grad = (on_device(ctx, rng.standard_normal(shape)) for _ in range(4))
+    q0, k0, v0, grad = (on_device(ctx, pool.take(shape)) for _ in range(4))
 
     def run() -> List[Any]:
         q, k, v = (t.detach().requires_grad_() for t in (q0, k0, v0))
@@ -180,14 +240,14 @@ def attention(ctx: rocmcheck.ProbeContext, rng: Any) -> Work:
     return Work("attention-fp32", run)
 
 
-def optimizer_step(ctx: rocmcheck.ProbeContext, rng: Any) -> Work:
+def optimizer_step(ctx: rocmcheck.ProbeContext, pool: Pool) -> Work:
     """One AdamW step of a small MLP from the same weights each time: the loss and the weights after it."""
     batch, width, hidden = size(ctx, "mlp")
     model = torch.nn.Sequential(torch.nn.Linear(width, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, width))
     model.to(ctx.device)
     params = list(model.parameters())
-    start = [on_device(ctx, rng.standard_normal(tuple(p.shape)) / np.sqrt(p.shape[-1])) for p in params]
-    x, y = on_device(ctx, rng.standard_normal((batch, width))), on_device(ctx, rng.standard_normal((batch, width)))
+    start = [on_device(ctx, pool.take(tuple(p.shape), 1 / np.sqrt(p.shape[-1]))) for p in params]
+    x, y = on_device(ctx, pool.take((batch, width))), on_device(ctx, pool.take((batch, width)))
 
     def run() -> List[Any]:
         with torch.no_grad():
@@ -206,10 +266,11 @@ def optimizer_step(ctx: rocmcheck.ProbeContext, rng: Any) -> Work:
 def workload(ctx: rocmcheck.ProbeContext) -> List[Work]:
     """The ops, their inputs made on the host from fixed seeds and already on the device."""
     rng = np.random.default_rng(SEED)
-    works = [chain(ctx, dtype, rng) for dtype in DTYPES.values()]
+    pool = Pool(rng, largest_input(ctx))
+    works = [chain(ctx, dtype, pool) for dtype in DTYPES.values()]
     works += [exact_product(ctx, dtype, size(ctx, "exact-fp32" if dtype == "float32" else "exact-half"), rng)
               for dtype in DTYPES.values()]
-    return works + [convolution(ctx, rng), attention(ctx, rng), optimizer_step(ctx, rng)]
+    return works + [convolution(ctx, pool), attention(ctx, pool), optimizer_step(ctx, pool)]
 
 
 # --- bits -----------------------------------------------------------------------------------------
@@ -224,11 +285,24 @@ def differing(outs: List[Any], refs: List[Any]) -> Any:
     return sum((int_view(o) != int_view(r)).sum() for o, r in zip(outs, refs))
 
 
+def bit_sum(t: Any) -> Any:
+    """An exact sum of `t`'s bits on its device, as a 0-d int64 tensor: its 16-bit words (signed)
+    times odd weights that follow the position, so a change of any one word changes the sum (by
+    an odd multiple of a power of two below 2**16, never zero), and no sum overflows (|word x
+    weight| < 2**30, 2**33 words at most). Integer sums are exact in any order: deterministic."""
+    words = t.detach().contiguous().reshape(-1).view(torch.int16).to(torch.int64)
+    weights = torch.bitwise_or(torch.arange(words.numel(), dtype=torch.int64, device=words.device) * WEIGHT_STEP
+                               % (1 << 15), 1)
+    return (words * weights).sum()
+
+
 def digest(outs: List[Any]) -> str:
-    """sha256 of the outputs' bytes, in order, as the host reads them back."""
+    """sha256 of each output's dtype, shape and `bit_sum`, computed on the device: 8 bytes of
+    each output read back, not all of its bytes (hundreds of MB at a GPU's sizes)."""
+    sums = torch.stack([bit_sum(t) for t in outs]).cpu().tolist()
     h = hashlib.sha256()
-    for t in outs:
-        h.update(numeric.tensor_bits(t.contiguous()).tobytes())
+    for t, total in zip(outs, sums):
+        h.update(f"{t.dtype} {tuple(t.shape)} {total};".encode())
     return h.hexdigest()
 
 
@@ -239,15 +313,18 @@ def digest(outs: List[Any]) -> str:
 def deterministic() -> Iterator[None]:
     """Deterministic algorithms inside, put back after (a probe run inline shares its caller's
     process; a worker puts them back too). cuDNN's benchmark mode, which could pick another
-    deterministic algorithm in each process, is off: the default of the fresh interpreter each
-    variant runs in."""
+    deterministic algorithm in each process, is off inside (a worker puts it back after a
+    probe that turned it on, but one run inline may not have)."""
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    benchmark = torch.backends.cudnn.benchmark
     torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
     torch.manual_seed(SEED)
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.backends.cudnn.benchmark = benchmark
 
 
 def fixed_blas(ctx: rocmcheck.ProbeContext) -> str:
@@ -409,7 +486,7 @@ def sustained(works: List[Work], refs: Dict[str, List[Any]], hashes: Dict[str, s
     budget={1: 2.0, 2: 10.0},
     gate=lambda p: p["level"] == 1,
     variants=[{"level": 1}, {"level": 2}, {"level": 3}],
-    env=lambda p: {"CUBLAS_WORKSPACE_CONFIG": WORKSPACE},
+    env=lambda p: torchapi.own_cublas_env(),  # none where every child has a deterministic cuBLAS workspace
     preload=("torch._dynamo",),  # AdamW.step imports it: ~1 s of the budget otherwise
 )
 def sdc(ctx: rocmcheck.ProbeContext, level: int) -> None:

@@ -160,10 +160,14 @@ def bf16_bits(x: Any) -> Any:
     NaN becomes the canonical quiet NaN 0x7FC0; overflow rounds to +-inf.
     """
     with np.errstate(over="ignore"):
-        x = np.asarray(x, dtype=np.float32)
-    u = x.view(np.uint32).astype(np.uint64)
-    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded)
+        x = np.ascontiguousarray(x, dtype=np.float32)
+    u = x.view(np.uint32)
+    # in uint32: only NaN patterns (above 0xFFFF8000) wrap, and every NaN is replaced below
+    rounded = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+    nan = np.isnan(x)
+    if nan.any():
+        rounded[nan] = 0x7FC0
+    return rounded
 
 
 def bf16_value(b: Any) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import os
 import re
 import time
 from pathlib import Path
@@ -179,6 +180,29 @@ def out_of_memory_error() -> Type[BaseException]:
 def preferred_blas_library() -> Optional[Callable[..., Any]]:
     """torch.backends.cuda.preferred_blas_library (torch >= 2.4), or None: the BLAS cannot be chosen."""
     return resolve("torch.backends.cuda.preferred_blas_library")
+
+
+CUBLAS_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
+# the values under which cuBLAS is deterministic (torch's reproducibility notes); the first is every child's
+DETERMINISTIC_CUBLAS_WORKSPACES = (":4096:8", ":16:8")
+
+
+def child_cublas_env(environ: Dict[str, str]) -> Dict[str, str]:
+    """What every child of a run gets: CUBLAS_WORKSPACE_CONFIG=:4096:8 unless the user set one.
+
+    cuBLAS reads it when torch creates its first handle, so a probe that needs determinism
+    (sdc) could only set it in a fresh interpreter, paying a second GPU runtime init in the
+    gate (issue 39). Eight 4 MiB buffers are torch's own default on Hopper and more than its
+    default elsewhere (:4096:2:16:8): no probe's work is the worse for it. ROCm ignores it."""
+    return {} if CUBLAS_WORKSPACE_ENV in environ else {CUBLAS_WORKSPACE_ENV: DETERMINISTIC_CUBLAS_WORKSPACES[0]}
+
+
+def own_cublas_env() -> Dict[str, str]:
+    """A deterministic CUBLAS_WORKSPACE_CONFIG for a variant's own interpreter, or nothing when
+    the one every child inherits (`child_cublas_env` of this process's environment) already is."""
+    ours = DETERMINISTIC_CUBLAS_WORKSPACES[0]
+    return {} if os.environ.get(CUBLAS_WORKSPACE_ENV, ours) in DETERMINISTIC_CUBLAS_WORKSPACES else \
+        {CUBLAS_WORKSPACE_ENV: ours}
 
 
 def fully_shard() -> Callable[..., Any]:

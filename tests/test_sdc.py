@@ -207,6 +207,25 @@ def test_level_2_catches_a_low_rate_flip_within_its_budget(tmp_path, capsys, sim
     (verdict,) = json.loads((tmp_path / "r.json").read_text())["verdicts"]
     assert code == 1 and verdict["variant"] == "sdc[2]" and verdict["status"] == "fail", verdict["message"]
     assert "computed wrong bits" in verdict["message"]
-    assert verdict["env"] == {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    assert verdict["env"] == {}  # every child has CUBLAS_WORKSPACE_CONFIG=:4096:8: sdc shares its GPU's worker
+
+
+def test_sdc_needs_an_interpreter_of_its_own_only_where_the_users_cublas_workspace_is_not_deterministic(monkeypatch):
+    """Issue 39: every child gets CUBLAS_WORKSPACE_CONFIG=:4096:8 unless the user set it, so sdc
+    runs in its GPU's worker; a user's value under which cuBLAS is not deterministic gives it a
+    fresh interpreter with ours, and the user's value reaches every other child unchanged."""
+    from rocmcheck import torchapi
+    from rocmcheck.engine.launch import child_env
+
+    env_of = load_all()["sdc"].expand()[0].env
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    assert env_of() == {} and child_env({}, [])["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    assert env_of() == {} and child_env({}, [])["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0")
+    assert env_of() == {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    assert child_env({}, [])["CUBLAS_WORKSPACE_CONFIG"] == ":0:0"
+    assert child_env(env_of(), [])["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert torchapi.DETERMINISTIC_CUBLAS_WORKSPACES[0] == ":4096:8"
 
 

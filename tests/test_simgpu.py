@@ -182,11 +182,13 @@ def test_the_simulated_gate_pays_one_runtime_init(tmp_path, simgpu_built):
     ROCMCHECK_SIMGPU_INIT_LOG (a count from wall time flaked under load: issue 31). The device
     facts initialise the runtime (as torch.cuda.get_device_properties does) in the worker that
     then runs the GPU's probes: one init. One child per variant made it 35; a facts child of its
-    own, 2. (The whole gate adds allocator[default]'s own interpreter: 2, timed by
+    own, 2; sdc in a fresh interpreter for CUBLAS_WORKSPACE_CONFIG, 2 (issue 39: every child now
+    has it). (The whole gate adds allocator[default]'s own interpreter: 2, timed by
     `benchmarks/bench_runtime_inits.py`.)"""
     inits = tmp_path / "inits"
+    probes = ("device-smoke", "numerics", "config-lint", "gemm", "sdc")
     cmd = [sys.executable, "-m", "rocmcheck", "gate", "--inject", "simgpu:1", "--out-dir", str(tmp_path),
-           *[arg for probe in ("device-smoke", "numerics", "config-lint", "gemm") for arg in ("--require", probe)]]
+           *[arg for probe in probes for arg in ("--require", probe)]]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                           env={**os.environ, simgpu.INIT_LOG_ENV: str(inits)})
     assert proc.returncode == 0 and "GO" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Sequ
 
 import psutil
 
+from .. import torchapi
 from .exitcodes import describe
 from .proctree import TOKEN_ENV, kill_leftovers, signal_tree
 
@@ -139,6 +140,7 @@ def _ended(proc: Optional[psutil.Process], timeout: float) -> bool:
 
 def child_env(extra: Dict[str, str], probes_paths: Iterable[str], preload: Iterable[str] = ()) -> Dict[str, str]:
     env = dict(os.environ)
+    env.update(torchapi.child_cublas_env(env))  # so that sdc shares its GPU's worker
     env.update(extra)
     env[CHILD_PATHS_ENV] = json.dumps([str(p) for p in probes_paths])
     env[CHILD_PRELOAD_ENV] = json.dumps(list(preload))
