@@ -481,8 +481,9 @@ def sustained(works: List[Work], refs: Dict[str, List[Any]], hashes: Dict[str, s
             "under sustained load",
     links=LINKS,
     timeout=120,
-    # beyond its level's work (LEVEL_BUDGETS_S): a fresh interpreter (its env), so import torch and runtime init,
-    # and building the exact answers on the host (issue 39)
+    # beyond its level's work (LEVEL_BUDGETS_S): building the inputs and exact answers on the host (~1 s of CPU
+    # at a GPU's sizes, tests/test_gpu_sizes.py), first use, and a fresh interpreter where the user's own
+    # CUBLAS_WORKSPACE_CONFIG needs one (own_cublas_env)
     budget={1: 2.0, 2: 10.0},
     gate=lambda p: p["level"] == 1,
     variants=[{"level": 1}, {"level": 2}, {"level": 3}],

@@ -24,9 +24,8 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 from rocmcheck.context import ProbeContext
-from rocmcheck.engine.options import level_budget
 from rocmcheck.errors import Skip
-from rocmcheck.model import Variant
+from rocmcheck.model import Variant, level_budget
 from rocmcheck.registry import load_all
 
 # a gate variant with no level: its host setup's share of the gate's 20 s on one GPU (issue 39, item 4)
@@ -58,7 +57,10 @@ def gate_variants() -> List[Variant]:
 
 
 def budget_s(variant: Variant) -> float:
-    return level_budget(variant.params) if "level" in variant.params else GATE_VARIANT_S
+    """The host setup's bound: a levelled variant's seconds of work, else GATE_VARIANT_S; never more than the
+    variant's whole cost budget at level 1 (`ProbeSpec.cost_budget`, which its setup is part of)."""
+    own = level_budget(variant.params) if "level" in variant.params else GATE_VARIANT_S
+    return min(own or GATE_VARIANT_S, variant.spec.cost_budget(variant.params, 1))
 
 
 def warm_up() -> None:
