@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Any, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List
 
 
 class RocmcheckError(Exception):
@@ -88,7 +88,7 @@ def interrupts_taken(sigterm: bool = True) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    wanted = {signal.SIGTERM: raise_interrupted} if sigterm else {}
+    wanted: Dict[int, Callable[[int, Any], Any]] = {signal.SIGTERM: raise_interrupted} if sigterm else {}
     if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
         wanted[signal.SIGINT] = signal.default_int_handler
     previous = {signum: signal.signal(signum, handler) for signum, handler in wanted.items()}
