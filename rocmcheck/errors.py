@@ -72,10 +72,10 @@ def raise_interrupted(signum: int, frame: Any) -> None:
 
 
 @contextlib.contextmanager
-def interrupts_taken(sigterm: bool = True) -> Iterator[None]:
+def interrupts_taken(sigterm: bool = True, sigint: bool = True) -> Iterator[None]:
     """While a run holds GPUs and children: SIGTERM (where `sigterm`) raises `Interrupted`, and
-    Ctrl-C (SIGINT) raises KeyboardInterrupt even where the process inherited it ignored or at
-    its default; both so the run ends with its partial report and kills its children.
+    Ctrl-C (SIGINT, where `sigint`) raises KeyboardInterrupt even where the process inherited it
+    ignored or at its default; both so the run ends with its partial report and kills its children.
 
     Python turns SIGINT into KeyboardInterrupt only where its parent left it handled; a background
     job of a non-interactive shell (`make test &`, a CI step's `cmd &`, a job script) inherits it
@@ -83,13 +83,14 @@ def interrupts_taken(sigterm: bool = True) -> Iterator[None]:
     for as long as its probes' timeouts, holding the GPU (issue 40: the three SIGINT tests of a
     `make test` started that way all failed so). A SIGINT sent to a run (`kill -INT`, `timeout -s
     INT`, a CI's cancel, a terminal's Ctrl-C reaching the job) is meant to stop it, so it is taken
-    back for the run's duration. A handler of the program's own is kept; only the main thread can
-    set one (elsewhere nothing changes). Each is restored afterwards."""
+    back for the run's duration by the command and the plugin (a program calling the engine
+    itself keeps its own choice). A handler of the program's own is kept; only the main thread
+    can set one (elsewhere nothing changes). Each is restored afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     wanted: Dict[int, Callable[[int, Any], Any]] = {signal.SIGTERM: raise_interrupted} if sigterm else {}
-    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
+    if sigint and signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
         wanted[signal.SIGINT] = signal.default_int_handler
     previous = {signum: signal.signal(signum, handler) for signum, handler in wanted.items()}
     try:

@@ -504,7 +504,7 @@ class Runner:
         in_main = threading.current_thread() is threading.main_thread()
         interrupted: Optional[str] = None
         try:
-            with interrupts_taken(), self.deadline(in_main):
+            with interrupts_taken(sigint=False), self.deadline(in_main):  # SIGINT: the caller's (the command takes it)
                 self.start(variants)
                 self.run_queues(self.with_baselines(self.with_gpu_check(variants)))
                 self.judge_node(variants)
