@@ -16,8 +16,10 @@ fail or a hang and turn it into a pass.
 """
 from __future__ import annotations
 
+import contextlib
 import signal
-from typing import Any, List
+import threading
+from typing import Any, Callable, Dict, Iterator, List
 
 
 class RocmcheckError(Exception):
@@ -67,3 +69,32 @@ class Interrupted(BaseException):
 def raise_interrupted(signum: int, frame: Any) -> None:
     """The SIGTERM handler: a scheduler's timeout becomes an exception the run can end on."""
     raise Interrupted(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def interrupts_taken(sigterm: bool = True, sigint: bool = True) -> Iterator[None]:
+    """While a run holds GPUs and children: SIGTERM (where `sigterm`) raises `Interrupted`, and
+    Ctrl-C (SIGINT, where `sigint`) raises KeyboardInterrupt even where the process inherited it
+    ignored or at its default; both so the run ends with its partial report and kills its children.
+
+    Python turns SIGINT into KeyboardInterrupt only where its parent left it handled; a background
+    job of a non-interactive shell (`make test &`, a CI step's `cmd &`, a job script) inherits it
+    ignored, and every process it starts after that too. Such a run would go on after its SIGINT,
+    for as long as its probes' timeouts, holding the GPU (issue 40: the three SIGINT tests of a
+    `make test` started that way all failed so). A SIGINT sent to a run (`kill -INT`, `timeout -s
+    INT`, a CI's cancel, a terminal's Ctrl-C reaching the job) is meant to stop it, so it is taken
+    back for the run's duration by the command and the plugin (a program calling the engine
+    itself keeps its own choice). A handler of the program's own is kept; only the main thread
+    can set one (elsewhere nothing changes). Each is restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    wanted: Dict[int, Callable[[int, Any], Any]] = {signal.SIGTERM: raise_interrupted} if sigterm else {}
+    if sigint and signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
+        wanted[signal.SIGINT] = signal.default_int_handler
+    previous = {signum: signal.signal(signum, handler) for signum, handler in wanted.items()}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)

@@ -315,7 +315,11 @@ class MatrixPlugin:
         return runner
 
     def run(self, variant: "Variant") -> "Verdict":
-        with self.serial():
+        from .errors import interrupts_taken
+
+        # Ctrl-C ends the session (pytest's own KeyboardInterrupt) with the partial report, even in
+        # a session that inherited SIGINT ignored; SIGTERM is left as the session has it
+        with self.serial(), interrupts_taken(sigterm=False):
             runner = self.start()
             self.current = variant.id
             verdict = runner.run_one(variant)

@@ -172,6 +172,79 @@ def test_a_gpu_whose_own_reports_disagree_is_flagged(tmp_path, capsys):
     assert "m3.json" in named and "m3-again.json" in named and said.startswith("conv2d gave 2 hashes across its own")
 
 
+
+CHAIN = "c4" * 32
+
+
+def nights(count: int, odd: Dict[int, str]) -> Dict[str, Dict[str, Any]]:
+    """One machine checked `count` nights: its GPU's chain-fp32 hash the same every night but for
+    the nights in `odd` (night -> the hash it gave that night)."""
+    reports = {}
+    for night in range(1, count + 1):
+        report = node("n", record({"chain-fp32": odd.get(night, CHAIN)}))
+        report["run"]["id"] = f"run-night-{night}"
+        reports[f"night{night}.json"] = report
+    return reports
+
+
+def named_findings(tmp_path: Path, text: str) -> List[str]:
+    """`findings`, the reports named by file name (the matrix names them by path)."""
+    return findings(text.replace(f"{tmp_path / 'fleet'}/", ""))
+
+
+def test_one_machine_whose_answer_changed_one_night_is_flagged_naming_the_odd_report(tmp_path, capsys):
+    """Issue 40: five nightly reports of one single-GPU machine, the fourth with another chain-fp32
+    hash; before, a group of one machine had "no peer" and the matrix exited 0."""
+    found = matrix(tmp_path, capsys, nights(5, {4: ODD}))
+    assert found["code"] == 1
+    assert "1 machine, 1 GPU, 4 ops: 1 GPU flagged" in found["out"]
+    [line] = named_findings(tmp_path, found["out"])
+    named, said = line.split(": ", 1)
+    assert named.startswith("DISAGREES ") and all(f"night{n}.json" in named for n in range(1, 6))
+    assert said == (f"chain-fp32 gave 2 hashes across its own reports: {CHAIN[:12]} in 4 of 5 "
+                    f"(night1.json, night2.json, night3.json, night5.json); the odd one out: {ODD[:12]} (night4.json)")
+    for kind in ("md", "html"):
+        [said_there] = named_findings(tmp_path, found[kind])
+        assert "the odd one out: " in said_there and "(night4.json)" in said_there, kind
+    [group] = found["fleet"]["groups"]
+    assert group["status"] == "disagree" and group["machines"] == 1 and group["undecided"] == []
+    [flagged] = group["flagged"]
+    assert list(flagged["ops"]) == ["chain-fp32"]
+    chain = flagged["ops"]["chain-fp32"]
+    assert chain["own_majority"] == CHAIN and chain["hashes"][ODD] == [str(tmp_path / "fleet" / "night4.json")]
+
+
+def test_one_machine_whose_reports_tie_names_both_sides_and_exits_1(tmp_path, capsys):
+    found = matrix(tmp_path, capsys, nights(4, {2: ODD, 4: ODD}))
+    assert found["code"] == 1
+    [line] = named_findings(tmp_path, found["out"])
+    assert line.endswith(f"chain-fp32 gave 2 hashes across its own reports, no strict majority of them: "
+                         f"{CHAIN[:12]} (night1.json, night3.json) vs {ODD[:12]} (night2.json, night4.json)")
+    [group] = found["fleet"]["groups"]
+    [flagged] = group["flagged"]
+    assert group["status"] == "disagree" and flagged["ops"]["chain-fp32"]["own_majority"] is None
+
+
+def test_one_machine_whose_nightly_reports_agree_has_no_peer_and_exits_0(tmp_path, capsys):
+    found = matrix(tmp_path, capsys, nights(3, {}))
+    assert found["code"] == 0 and findings(found["out"]) == []
+    assert "1 machine, 1 GPU, 4 ops: no peer to compare" in found["out"]
+
+
+def test_a_machine_of_five_whose_own_reports_changed_is_named_with_the_odd_report(tmp_path, capsys):
+    """The same rule with peers: the machine checked twice more is flagged for its own change (and
+    does not vote); the other four agree."""
+    reports = five()
+    for again in ("m3-b.json", "m3-c.json"):
+        reports[again] = node("3", record({"attention": ODD} if again == "m3-c.json" else None))
+        reports[again]["run"]["id"] = again
+    found = matrix(tmp_path, capsys, reports)
+    assert found["code"] == 1
+    [line] = named_findings(tmp_path, found["out"])
+    assert "5 machines, 5 GPUs, 3 ops: 1 GPU flagged" in found["out"]
+    assert line.endswith(f"attention gave 2 hashes across its own reports: {HASHES['attention'][:12]} in 2 of 3 "
+                         f"(m3-b.json, m3.json); the odd one out: {ODD[:12]} (m3-c.json)")
+
 def test_a_malformed_sdc_record_is_left_out_with_a_note(tmp_path, capsys):
     reports = five()
     reports["m5.json"] = node("5", {"workload": "1", "hashes": HASHES})  # no key

@@ -188,33 +188,48 @@ def test_out_of_memory_is_told_apart(batch):
     assert v["fake-hang-c"]["status"] == "hang"  # a kill the watchdog sent is a hang, not a crash
 
 
-def _start_cli_run(tmp_path: Path, isolation: str) -> subprocess.Popen:
+def _start_cli_run(tmp_path: Path, isolation: str, sigint: object = signal.SIG_DFL) -> subprocess.Popen:
+    """`rocmcheck run` of fake-pass then fake-sleep, in a session of its own (a signal the test sends
+    reaches it alone), started with SIGINT at `sigint`: at its default, as a terminal's foreground
+    command has it, whatever the disposition this test run itself inherited (SIG_IGN, where
+    `make test` is a background job of a non-interactive shell); SIG_IGN for that case itself."""
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "rocmcheck", "run", "--device", "cpu", "--isolation", isolation,
            "--probes-path", FAKE, "--probe", "fake-pass", "--probe", "fake-sleep", "--out-dir", str(out)]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))  # type: ignore[arg-type]
 
 
-def _wait_for_started(out: Path, variant: str, proc: subprocess.Popen, timeout: float = 60) -> Path:
-    deadline = time.monotonic() + timeout
+STARTED_S = 300  # a run's start, probe loading and fake-pass on a loaded machine: seconds; only a real hang takes this
+ENDED_S = 60  # after its interrupt the run ends in well under a second, loaded or not; a lost signal runs on to
+# fake-sleep's 120 s timeout (or its 100 s sleep), and so fails this bound
+
+
+def _wait_for_started(out: Path, variant: str, proc: subprocess.Popen, piddir: Path) -> Path:
+    """The run's journal once it says fake-sleep started and the probe has said it is sleeping:
+    states the run announces, not a sleep sized for an idle machine."""
+    deadline = time.monotonic() + STARTED_S
     while time.monotonic() < deadline:
-        for journal in out.glob("*.jsonl"):
-            if f'"variant":"{variant}"' in journal.read_text():
-                time.sleep(0.3)  # let the child get going
-                return journal
+        journals = [j for j in out.glob("*.jsonl") if f'"variant":"{variant}"' in j.read_text()]
+        if journals and (piddir / f"{variant}.sleeping").exists():
+            return journals[0]
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
     raise AssertionError(f"{variant} never started")
 
 
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
-def test_interrupt_writes_partial_report_and_kills_the_tree(tmp_path, isolation, piddir, how):
+@pytest.mark.parametrize("how, sigint", [("SIGINT", signal.SIG_DFL), ("SIGINT", signal.SIG_IGN),
+                                         ("SIGTERM", signal.SIG_DFL)],
+                         ids=["SIGINT", "SIGINT-inherited-ignored", "SIGTERM"])
+def test_interrupt_writes_partial_report_and_kills_the_tree(tmp_path, isolation, piddir, how, sigint):
+    """Issue 40: a run that inherited SIGINT ignored (a background job of a non-interactive shell)
+    ran on after its Ctrl-C until its probe's timeout; every SIGINT now ends the run."""
     from rocmcheck.outputs.storage import load_report
 
-    proc = _start_cli_run(tmp_path, isolation)
-    journal = _wait_for_started(tmp_path / "out", "fake-sleep", proc)
+    proc = _start_cli_run(tmp_path, isolation, sigint)
+    journal = _wait_for_started(tmp_path / "out", "fake-sleep", proc, piddir)
     proc.send_signal(getattr(signal, how))
-    stdout, stderr = proc.communicate(timeout=30)
+    stdout, stderr = proc.communicate(timeout=ENDED_S)
     assert proc.returncode == 130, stderr
     assert b"Traceback" not in stderr
     report = json.loads(journal.with_suffix(".json").read_text())
@@ -231,7 +246,7 @@ def test_parent_sigkill_leaves_a_readable_journal_and_no_orphans(tmp_path, isola
     from rocmcheck.outputs.storage import load_report
 
     proc = _start_cli_run(tmp_path, isolation)
-    journal = _wait_for_started(tmp_path / "out", "fake-sleep", proc)
+    journal = _wait_for_started(tmp_path / "out", "fake-sleep", proc, piddir)
     tree = psutil.Process(proc.pid).children(recursive=True)
     proc.kill()
     proc.communicate(timeout=10)

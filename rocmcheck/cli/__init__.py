@@ -1,8 +1,8 @@
 """The `rocmcheck` command: the parser and `main`. `--help`, `list` and `env --help` never import torch.
 
-`main` takes SIGTERM and makes the console safe (`cli.console`) before any command module is
-imported, so a scheduler's early SIGTERM, a closed pipe or an ASCII terminal still gets one line
-and the verdict's exit code.
+`main` takes SIGTERM and Ctrl-C (`errors.interrupts_taken`: even where SIGINT was inherited ignored)
+and makes the console safe (`cli.console`) before any command module is imported, so a scheduler's
+early SIGTERM, a closed pipe or an ASCII terminal still gets one line and the verdict's exit code.
 
 Each command is a module of this package with `register(sub)`, which adds its parser and sets
 `func=<handler(args) -> exit code>`; the work is done by the feature modules below
@@ -14,14 +14,13 @@ import argparse
 import importlib
 import json
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
 from typing import List, Optional
 
 from .. import __version__
-from ..errors import Interrupted, TorchMissing, UsageError, raise_interrupted
+from ..errors import Interrupted, TorchMissing, UsageError, interrupts_taken
 from ..model import ExitCode
 from ..safetext import clean
 from . import console
@@ -48,15 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run one command; the exit code as a plain int (scripts and `sys.exit` see numbers)."""
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, raise_interrupted) if in_main else None
     restore = console.install()
     try:
-        return _main(sys.argv[1:] if argv is None else list(argv))
+        with interrupts_taken():
+            return _main(sys.argv[1:] if argv is None else list(argv))
     finally:
         restore()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _main(argv: List[str]) -> int:

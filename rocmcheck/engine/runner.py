@@ -26,7 +26,7 @@ import psutil
 
 from .. import __version__, agreement, faults, registry, torchapi
 from ..context import ProbeContext
-from ..errors import Interrupted, TorchMissing, UsageError, raise_interrupted
+from ..errors import Interrupted, TorchMissing, UsageError, interrupts_taken
 from ..host import fingerprint, hostgpu, kernellog
 from ..knowledge import known_issues, speed
 from ..knowledge.signatures import BY_MEANING, signatures
@@ -551,10 +551,9 @@ class Runner:
         """Run `variants`, then `after()` (more children under the same run, e.g. doctor's
         attempts); returns the report (also written to disk unless write_files is off)."""
         in_main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, raise_interrupted) if in_main else None
         interrupted: Optional[str] = None
         try:
-            with self.deadline(in_main):
+            with interrupts_taken(sigint=False), self.deadline(in_main):  # SIGINT: the caller's (the command takes it)
                 self.start(variants)
                 self.run_queues(self.with_baselines(self.with_gpu_check(variants)))
                 self.judge_node(variants)
@@ -564,8 +563,6 @@ class Runner:
             interrupted = self.current or BEFORE_FIRST
             self.note(interruption_note(exc.args[0] if exc.args else "Ctrl-C", interrupted))
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
             self.close_launcher()
         return self.finish(interrupted)
 

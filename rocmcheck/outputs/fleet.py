@@ -9,10 +9,12 @@ library honestly gives other bits. In a group each machine's GPU (`fingerprint.m
 `render.gpu_text`) votes, per op, the hash its records gave; the hash of a strict majority of the
 voters is taken as right and a GPU that gave another is flagged. Without a strict majority (two
 machines that disagree) nothing says which is wrong: both sides are named, undecided. A GPU whose
-own reports gave several hashes for one op is flagged and does not vote. A group of one machine
-has no peer (its GPUs are compared on the node, by the `sdc` probe itself); an op a record left
-out (not deterministic there) is not compared for it. Either finding makes `rocmcheck matrix`
-exit 1. Never imports torch.
+own reports gave several hashes for one op (a node checked nightly whose answer changed one night)
+is flagged, whatever the number of machines, with the reports on each side and the odd ones out
+where a strict majority of its own reports agree; it does not vote. Apart from that, a group of
+one machine has no peer (its GPUs are compared on the node, by the `sdc` probe itself); an op a
+record left out (not deterministic there) is not compared for it. Either finding makes
+`rocmcheck matrix` exit 1. Never imports torch.
 """
 from __future__ import annotations
 
@@ -86,7 +88,7 @@ def _judge(workload: str, key: Dict[str, str], units: List[Gpu]) -> Dict[str, An
     machines = len({u.machine for u in units})
     group: Dict[str, Any] = {"workload": workload, "key": key, "machines": machines,
                              "gpus": [u.ref() for u in units], "ops": ops, "flagged": [], "undecided": []}
-    if machines < 2 or not ops:
+    if not ops:
         return {**group, "status": "no peer" if machines < 2 else "nothing compared"}
     flagged: Dict[int, Dict[str, Any]] = {}
     undecided: Dict[Tuple[Tuple[int, ...], ...], Dict[str, Any]] = {}  # the same split on several ops: one entry
@@ -94,13 +96,14 @@ def _judge(workload: str, key: Dict[str, str], units: List[Gpu]) -> Dict[str, An
         voters = [i for i, u in enumerate(units) if len(u.hashes.get(op, {})) == 1]
         votes = Counter(next(iter(units[i].hashes[op])) for i in voters)
         best, agree = votes.most_common(1)[0] if votes else ("", 0)
-        majority: Optional[str] = best if 2 * agree > len(voters) else None
+        majority: Optional[str] = best if machines > 1 and 2 * agree > len(voters) else None
         for i, unit in enumerate(units):
             found = unit.hashes.get(op, {})
             if len(found) > 1 or (majority is not None and found and majority not in found):
                 flagged.setdefault(i, {**unit.ref(), "ops": {}})["ops"][op] = {
-                    "hashes": found, "majority": majority, "agree": agree, "voters": len(voters)}
-        if majority is None and len(votes) > 1:
+                    "hashes": found, "own_majority": _own_majority(found), "majority": majority, "agree": agree,
+                    "voters": len(voters)}
+        if machines > 1 and majority is None and len(votes) > 1:
             split = [(digest, tuple(i for i in voters if digest in units[i].hashes[op]))
                      for digest, _ in votes.most_common()]
             entry = undecided.setdefault(tuple(side for _, side in split), {"ops": [], "sides": [
@@ -108,9 +111,18 @@ def _judge(workload: str, key: Dict[str, str], units: List[Gpu]) -> Dict[str, An
             entry["ops"].append(op)
             for (digest, _), side in zip(split, entry["sides"]):
                 side["hashes"][op] = digest
-    status = "disagree" if flagged else "undecided" if undecided else "agree"
+    status = "disagree" if flagged else "undecided" if undecided else "agree" if machines > 1 else "no peer"
     return {**group, "status": status, "flagged": [flagged[i] for i in sorted(flagged)],
             "undecided": list(undecided.values())}
+
+
+def _own_majority(found: Dict[str, List[str]]) -> Optional[str]:
+    """Of the hashes one GPU's own reports gave for an op (hash -> reports), the one a strict
+    majority of those reports gave: the others are its odd ones out. None for a tie (2 vs 2)."""
+    if len(found) < 2:
+        return None
+    digest, names = max(found.items(), key=lambda item: len(item[1]))
+    return digest if 2 * len(names) > sum(len(n) for n in found.values()) else None
 
 
 # --- text: the same lines for the terminal, the Markdown and the HTML -----------------------------
@@ -124,8 +136,14 @@ def _where(ref: Dict[str, Any]) -> str:
 def _op_text(op: str, found: Dict[str, Any]) -> str:
     hashes: Dict[str, List[str]] = found["hashes"]
     if len(hashes) > 1:
-        return f"{op} gave {len(hashes)} hashes across its own reports: " + ", ".join(
-            f"{digest[:SHOWN]} ({', '.join(names)})" for digest, names in hashes.items())
+        usual = found.get("own_majority")
+        if usual is not None:
+            odd = [(digest, names) for digest, names in hashes.items() if digest != usual]
+            return (f"{op} gave {len(hashes)} hashes across its own reports: {usual[:SHOWN]} in "
+                    f"{len(hashes[usual])} of {sum(len(n) for n in hashes.values())} ({', '.join(hashes[usual])}); "
+                    "the odd one out: " + ", ".join(f"{digest[:SHOWN]} ({', '.join(names)})" for digest, names in odd))
+        return (f"{op} gave {len(hashes)} hashes across its own reports, no strict majority of them: "
+                + " vs ".join(f"{digest[:SHOWN]} ({', '.join(names)})" for digest, names in hashes.items()))
     return (f"{op} gave {next(iter(hashes))[:SHOWN]} where {found['agree']} of {found['voters']} GPUs "
             f"gave {found['majority'][:SHOWN]}")
 

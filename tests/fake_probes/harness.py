@@ -143,6 +143,10 @@ def fake_oom_kill(ctx):
 @rocmcheck.probe("fake-sleep", title="sleeps (for interrupting)", targets="interrupt", timeout=120)
 def fake_sleep(ctx):
     _start()
+    folder = os.environ.get("ROCMCHECK_TEST_PIDDIR")
+    if folder:  # announced, so a test interrupts the sleep itself, not a guess at when it began
+        with open(os.path.join(folder, "fake-sleep.sleeping"), "w") as fh:
+            fh.write(str(os.getpid()))
     time.sleep(100)
 
 
