@@ -15,7 +15,6 @@ import importlib
 import json
 import os
 import sys
-import threading
 from pathlib import Path
 from typing import List, Optional
 
