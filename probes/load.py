@@ -146,9 +146,10 @@ def judge(rates: List[float], telemetry: Telemetry) -> List[str]:
     links=LINKS,
     timeout=60,
     variants=[{"level": 2}, {"level": 3}],
+    level_share=LEVEL_SHARE,
 )
 def sustained_load(ctx: rocmcheck.ProbeContext, level: int) -> None:
-    budget = (ctx.budget_s or 0.0) * LEVEL_SHARE
+    budget = ctx.budget_s or 0.0  # its share of the level's budget (level_share)
     ctx.strict_fp32()
     before = nodehealth.of_device(ctx.device_facts, ctx.device) if ctx.on_gpu else None
     telemetry = Telemetry(lambda: nodehealth.of_device(ctx.device_facts, ctx.device) if ctx.on_gpu else None)

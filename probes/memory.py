@@ -289,9 +289,10 @@ def describe(ctx: rocmcheck.ProbeContext, tested: Tested, base: int) -> str:
     links=LINKS,
     timeout=90,
     variants=[{"level": 2}, {"level": 3}],
+    level_share=LEVEL_SHARE,
 )
 def gpu_memory(ctx: rocmcheck.ProbeContext, level: int) -> None:
-    budget = (ctx.budget_s or 0.0) * LEVEL_SHARE
+    budget = ctx.budget_s or 0.0  # its share of the level's budget (level_share)
     deadline = ctx.started + budget
     before = nodehealth.of_device(ctx.device_facts, ctx.device)
     ctx.progress("gpu-memory: measuring one chunk's pace")

@@ -487,11 +487,12 @@ def sustained(works: List[Work], refs: Dict[str, List[Any]], hashes: Dict[str, s
     budget={1: 2.0, 2: 10.0},
     gate=lambda p: p["level"] == 1,
     variants=[{"level": 1}, {"level": 2}, {"level": 3}],
+    level_share=LEVEL_SHARE,
     env=lambda p: torchapi.own_cublas_env(),  # none where every child has a deterministic cuBLAS workspace
     preload=("torch._dynamo",),  # AdamW.step imports it: ~1 s of the budget otherwise
 )
 def sdc(ctx: rocmcheck.ProbeContext, level: int) -> None:
-    budget = (ctx.budget_s or 0.0) * (LEVEL_SHARE if level > 1 else 1.0)
+    budget = ctx.budget_s or 0.0  # at levels 2 and 3 already its share (level_share)
     ctx.strict_fp32()
     with deterministic():
         blas = fixed_blas(ctx)

@@ -204,11 +204,22 @@ class ProbeSpec:
     # and runs after every other probe of its device, so it can compare before with after
     baseline: Optional[Callable[[], Any]] = field(default=None, compare=False)
     budget: Optional[Budget] = field(default=None, compare=False)  # cost per GPU per variant: `budget_at`
+    # at levels 2 and 3 the probes with levels share each GPU's LEVEL_BUDGETS_S (or --duration): this probe's part
+    # of it (level 1's work is the probe's alone)
+    level_share: float = 1.0
+
+    def work_budget(self, params: Mapping[str, Any], duration: Optional[float] = None) -> Optional[float]:
+        """The seconds of work a variant with `params` is given (`ctx.budget_s`; None: it has no level): its
+        level's budget, at levels 2 and 3 this probe's share of it."""
+        work = level_budget(params, duration)
+        if work is None:
+            return None
+        return round(work * (self.level_share if params.get("level", 1) > 1 else 1.0), 3)
 
     def cost_budget(self, params: Mapping[str, Any], level: int, duration: Optional[float] = None) -> float:
         """What one variant with `params` may cost per GPU at run level `level`, host setup included: the
-        declared budget, plus the seconds of work a variant with a level is given (`level_budget`)."""
-        return round(budget_at(self.budget, params, level) + (level_budget(params, duration) or 0.0), 3)
+        declared budget, plus the seconds of work a variant with a level is given (`work_budget`)."""
+        return round(budget_at(self.budget, params, level) + (self.work_budget(params, duration) or 0.0), 3)
 
     def expand(self) -> List["Variant"]:
         return [Variant(self, dict(p)) for p in self.variants]

@@ -51,6 +51,7 @@ def probe(
     per_device: bool = True,
     baseline: Optional[Callable[[], Any]] = None,
     budget: Optional[Budget] = None,
+    level_share: float = 1.0,
     **removed: Any,
 ) -> Any:
     """Register `func(ctx, **params)` as a probe: `@rocmcheck.probe` bare, or with arguments.
@@ -77,7 +78,9 @@ def probe(
     `budget` is what one variant may cost per GPU, in seconds, host setup included: a number for every
     level, `{level: seconds}`, or a function of the variant's parameters returning either (`model.budget_at`;
     default `model.DEFAULT_BUDGET_S`, 2 s); a variant with a level gets its level's work on top. Going over it is
-    named in the report, not a failure.
+    named in the report, not a failure. `level_share`: at levels 2 and 3 the probes with levels share each GPU's
+    level budget (sdc, gpu-memory and sustained-load run one after another on it); this probe's part, given
+    as its `ctx.budget_s` (level 1's work is the probe's alone).
     """
     for name in removed:
         if name in _RUNS_IN_WAS:
@@ -103,7 +106,7 @@ def probe(
             id=probe_id, title=title or doc.splitlines()[0], targets=targets, func=func, module=func.__module__,
             links=tuple(links), timeout=float(timeout), gate=gate, requires=req, variants=expand_variants(variants),
             runs_in=where, env=env, preload=tuple(preload), per_device=per_device, baseline=baseline,
-            budget=budget,
+            budget=budget, level_share=float(level_share),
         )
         existing = _REGISTRY.get(probe_id)
         if existing is not None and existing.module != spec.module:

@@ -22,7 +22,7 @@ from .context import ProbeContext
 from .engine.verdicts import outcome
 from .errors import UsageError
 from .lazy import torch
-from .model import DeviceInfo, Status, level_budget
+from .model import DeviceInfo, Status
 
 __all__ = ["InlineResult", "Status", "run_inline"]  # Status too: what a test compares a result with
 
@@ -64,7 +64,7 @@ def run_inline(probe_id: str, device: str = "cpu", inject: Optional[str] = None,
         return InlineResult(Status.SKIP, reason, {}, ())
     chosen = {**spec.variants[0], **params}
     ctx = ProbeContext(device=device, requested_device=device, params=chosen, timeout=spec.timeout,
-                       budget_s=level_budget(chosen, duration))
+                       budget_s=spec.work_budget(chosen, duration))
     with faults.reverting():
         installed = faults.install(requests, probe_id)
         ended = ctx.call(spec.func, catching=Exception)  # Ctrl-C and sys.exit stay the caller's

@@ -35,8 +35,10 @@ def test_a_variant_with_a_level_is_given_its_levels_work_on_top_of_its_declared_
     sdc = specs["sdc"]
     for level in (1, 2, 3):
         declared = budget_at(sdc.budget, {"level": level}, level)
-        assert sdc.cost_budget({"level": level}, level) == pytest.approx(declared + LEVEL_BUDGETS_S[level])
-    assert sdc.cost_budget({"level": 2}, 2, duration=30.0) == pytest.approx(budget_at(sdc.budget, {}, 2) + 30.0)
+        share = 1.0 if level == 1 else sdc.level_share  # levels 2 and 3 are shared with gpu-memory, sustained-load
+        assert sdc.cost_budget({"level": level}, level) == pytest.approx(declared + LEVEL_BUDGETS_S[level] * share)
+    assert sdc.cost_budget({"level": 2}, 2, duration=30.0) == pytest.approx(
+        budget_at(sdc.budget, {}, 2) + 30.0 * sdc.level_share)
     assert specs["device-smoke"].cost_budget({}, 1) == DEFAULT_BUDGET_S  # no level, nothing declared
 
 

@@ -193,10 +193,13 @@ def test_the_levelled_probes_share_each_gpus_level_budget_within_dcgm_r2s_two_an
     levelled = [pid for pid, spec in specs.items() if spec.module.startswith("rocmcheck.probes.")
                 and any(v.get("level") == 2 for v in spec.variants)]
     assert sorted(levelled) == ["gpu-memory", "sdc", "sustained-load"]
-    modules = {pid: sys.modules[specs[pid].module] for pid in levelled}
-    assert sum(m.LEVEL_SHARE for m in modules.values()) <= 1.0
+    assert sum(specs[pid].level_share for pid in levelled) <= 1.0
+    assert all(specs[pid].level_share == sys.modules[specs[pid].module].LEVEL_SHARE for pid in levelled)
     assert LEVEL_BUDGETS_S[2] <= 150.0
-    assert probe_module("load").LEVEL_SHARE * LEVEL_BUDGETS_S[2] >= 50  # "about a minute per GPU"
+    work = {pid: specs[pid].work_budget({"level": 2}) for pid in levelled}
+    assert work["sustained-load"] >= 50  # "about a minute per GPU"
+    # what the run reports against: each variant's cost budget, its share of the work plus its own setup
+    assert sum(specs[pid].cost_budget({"level": 2}, 2) for pid in levelled) <= 150.0  # DCGM r2's 2.5 minutes
 
 
 def test_gate_level_2_runs_the_gate_with_the_level_2_variants():

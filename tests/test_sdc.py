@@ -176,9 +176,10 @@ def test_good_bitflip_specs_parse():
 
 @pytest.mark.children
 def test_the_gate_names_the_gpu_that_flips_a_bit_and_the_tolerance_probes_pass_it(tmp_path, capsys, simgpu_built):
-    """`gate --inject simgpu:2,simgpu-bitflip:1`: NO-GO naming GPU 1; gemm and numerics pass on both."""
+    """`gate --inject simgpu:2,simgpu-bitflip:1 --keep-going`: NO-GO naming GPU 1; gemm and numerics pass on
+    both (without --keep-going GPU 1's queue stops at its NO-GO: tests/test_cost_budgets.py)."""
     requires = [a for p in ("sdc", "gemm", "numerics") for a in ("--require", p)]
-    code = main(["gate", "--inject", "simgpu:2,simgpu-bitflip:1", *requires, "--out-dir", str(tmp_path),
+    code = main(["gate", "--keep-going", "--inject", "simgpu:2,simgpu-bitflip:1", *requires, "--out-dir", str(tmp_path),
                  "--json", "-"])
     node = json.loads(capsys.readouterr().out)
     assert code == 1 and node["status"] == "NO-GO"

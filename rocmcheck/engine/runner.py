@@ -39,7 +39,6 @@ from ..model import (
     Variant,
     VariantCost,
     Verdict,
-    level_budget,
     preloads,
 )
 from ..outputs.storage import Journal, Output, journal_path, new_run_id, write_outputs
@@ -265,7 +264,7 @@ class Runner:
                       device: DeviceInfo, alone: bool) -> Verdict:
         spec = variant.spec
         # a variant with a level works for its budget, beyond the timeout that bounds the rest
-        budget = level_budget(variant.params, self.opts.duration) or 0.0
+        budget = spec.work_budget(variant.params, self.opts.duration) or 0.0
         timeout = (timeout or self.opts.timeout or spec.timeout) + budget
         variant_env = {**variant.env(), **(env or {})}
         log_since = kernellog.now()
@@ -284,7 +283,8 @@ class Runner:
     def _variant_task(self, variant: Variant, device: DeviceInfo, timeout: float) -> Task:
         return self._task(probe=variant.spec.id, variant=variant.id, params=variant.params, device=device.name,
                           device_requested=self.opts.device, device_facts=self.facts,
-                          expect_gpus=self.opts.expect_gpus, budget_s=level_budget(variant.params, self.opts.duration),
+                          expect_gpus=self.opts.expect_gpus,
+                          budget_s=variant.spec.work_budget(variant.params, self.opts.duration),
                           level=self.opts.level, profile=self.opts.profile, timeout=timeout,
                           first_use_limit=self.first_use_limit())
 
