@@ -38,7 +38,7 @@ def test_go_node_verdict_is_the_only_thing_on_stdout(tmp_path, capsys):
 
 @pytest.mark.children
 def test_no_go_node_verdict_names_each_failure_with_an_action(tmp_path, capsys):
-    code = main(["gate", "--device", "cpu", "--probe", "device-smoke", "--probe", "transfer",
+    code = main(["gate", "--keep-going", "--device", "cpu", "--probe", "device-smoke", "--probe", "transfer",
                  "-k", "device-smoke or to-training",
                  "--inject", "copy-zeros", "--out-dir", str(tmp_path), "--json", "-"])
     doc, _ = _stdout_document(capsys)

@@ -118,7 +118,7 @@ def test_doctor_puts_first_only_the_candidates_of_issues_that_fit():
 @pytest.mark.children
 def test_the_gate_on_a_fault_every_copy_method_shares_shows_no_side_stream_issue(tmp_path, capsys):
     out = tmp_path / "gate.json"
-    code = main(["gate", "--require", "transfer", "--device", "cpu", "--inject", "copy-zeros",
+    code = main(["gate", "--keep-going", "--require", "transfer", "--device", "cpu", "--inject", "copy-zeros",
                  "--out-dir", str(tmp_path), "--json", str(out)])
     text = capsys.readouterr().out
     assert code == 1, text

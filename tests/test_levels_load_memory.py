@@ -74,7 +74,8 @@ DEVICE_FAULTS = textwrap.dedent('''
         assert (late > 2 * early) == (gpu == 1), (gpu, early, late)
     time.sleep(1.2)  # a pause: it cools
     times = pace(1, 0.3)
-    assert sorted(times)[len(times) // 2] < 1.5 * early, (times, early)
+    # recovered: nearer its own early pace than the 3x sag (held against the sag, not a wall-clock bound)
+    assert sorted(times)[len(times) // 2] < (early + late) / 2, (times, early, late)
     print("ok", flush=True)
     import os; os._exit(0)
 ''')
