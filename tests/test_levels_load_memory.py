@@ -71,7 +71,8 @@ DEVICE_FAULTS = textwrap.dedent('''
     for gpu in (0, 1):
         times = pace(gpu, 1.5)
         early, late = sorted(times[:5])[2], sorted(times[-5:])[2]
-        assert (late > 2 * early) == (gpu == 1), (gpu, early, late)
+        # a 3x sag; a loaded CI host (xdist's other worker) was seen to read it as 1.6x, a healthy GPU ~1x
+        assert (late > 1.4 * early) == (gpu == 1), (gpu, early, late)
     time.sleep(1.2)  # a pause: it cools
     times = pace(1, 0.3)
     # recovered: nearer its own early pace than the 3x sag (held against the sag, not a wall-clock bound)
