@@ -146,6 +146,19 @@ def _zero_(out: Any, kind: str = "") -> None:
     out.zero_()
 
 
+def _flipping(when: Callable[[Any], bool]) -> Callable[[Any], Any]:
+    """A product's post-step for `_patch_products`: its output with one bit flipped (`_flip_one`) where `when`."""
+    def flip(out: Any) -> Any:
+        if when(out):
+            import torch
+
+            with torch.no_grad():
+                _flip_one(out)
+        return out
+
+    return flip
+
+
 def _flip_one(out: Any, kind: str = "") -> None:
     """Flip the lowest bit of the middle element: a one-ulp error that only a bitwise check sees."""
     import torch
@@ -252,17 +265,8 @@ def _gpu_index(text: str) -> int:
                       "so a drill on real hardware (make hardware) proves the NO-GO names that GPU", args="GPU index",
        parse_arg=_gpu_index)
 def _gpu_bitflip(arg: Optional[str]) -> None:
-    import torch
-
     index = _gpu_index(arg or "0")
-
-    def flip(out: Any) -> Any:
-        if _on_gpu(out, index):
-            with torch.no_grad():
-                _flip_one(out)
-        return out
-
-    _patch_products(flip)
+    _patch_products(_flipping(lambda out: _on_gpu(out, index)))
 
 
 @fault("slow-matmul", "matrix products (torch.matmul, @, mm, bmm, addmm, F.linear) on GPU IDX (default 0) are "
@@ -298,18 +302,9 @@ def per_call_rate(text: str) -> float:
 def _bitflip(arg: Optional[str]) -> None:
     import random
 
-    import torch
-
     chance = per_call_rate(arg) if arg else 1.0
     draw = random.Random()  # seeded from the OS in this child: every run meets other calls
-
-    def flip(out: Any) -> Any:
-        if chance >= 1 or draw.random() < chance:
-            with torch.no_grad():
-                _flip_one(out)
-        return out
-
-    _patch_products(flip)
+    _patch_products(_flipping(lambda out: chance >= 1 or draw.random() < chance))
 
 
 @fault("matmul-nan", "matrix products return one NaN element (split-K NaN, rocm-libraries #9055); it lives in the "
