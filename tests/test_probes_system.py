@@ -314,6 +314,31 @@ def test_corrupted_canary_fails(fake_gpu):
         fake_gpu("canary-corrupt")
 
 
+def test_a_changed_word_between_the_sampled_ones_is_caught_by_the_check_at_the_end(fake_gpu, monkeypatch):
+    """Each cycle reads one canary word per 512 bytes; a word between them (a fault smaller than any block
+    the allocator hands out) is still caught, bit for bit, by the full read after the last cycle."""
+    import torch
+
+    import rocmcheck
+
+    alloc = probe_module("allocator")
+    assert alloc.CANARY_STRIDE > 1
+    made = []
+
+    def empty(*args, **kwargs):  # the canary is the first int32 tensor the probe makes; the 30th makes it change
+        out = torch.ones(1).new_empty(*args, **kwargs)
+        made.append(out)
+        if len(made) == 30:
+            made[0][alloc.CANARY_STRIDE + 5] ^= 1
+        return out
+
+    monkeypatch.setattr(torch, "empty", empty)
+    with pytest.raises(rocmcheck.ProbeFailure, match=r"canary corrupted by the end of 64 cycles under \w+_ALLOC_CONF="
+                                                     r"'expandable_segments:True': 1 of 786432 words changed \(0 now "
+                                                     r"zero\); first at word 133: "):
+        fake_gpu()
+
+
 def test_reserved_memory_growing_every_cycle_fails(fake_gpu):
     import rocmcheck
 
