@@ -10,6 +10,7 @@ variant's parameters, device and profile, and prints PASS, WARN, SKIP, FAIL or E
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import inspect
 import json
@@ -205,7 +206,18 @@ def _locate(name: str, probe_module: str, probe_file: Path) -> Optional[Tuple[st
 
 def embedded_sources(probe_module: str, probe_file: Path) -> Sources:
     """The probe module, the stand-in package and every rocmcheck (or sibling) module they
-    import, followed transitively; other imports (torch, numpy, stdlib) are left alone."""
+    import, followed transitively; other imports (torch, numpy, stdlib) are left alone.
+
+    Found once per probe file as it is now (its path, size and change time): a bug report builds
+    a reproducer for every failing verdict, and parsing the same dozen modules for each of
+    hundreds of verdicts of one probe was most of the report's time."""
+    stat = probe_file.stat()
+    return dict(_embedded_sources(probe_module, probe_file, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=64)
+def _embedded_sources(probe_module: str, probe_file: Path, mtime_ns: int, size: int) -> Sources:
+    """`embedded_sources`, the file's change time and size in the key."""
     implicit = set(_parents(probe_module))  # the probe's own package: served empty
     roots = {"rocmcheck", probe_module.split(".")[0]}
     found: Sources = {probe_module: (probe_file.read_text(encoding="utf-8"), False), "rocmcheck": (SHIM, True)}
