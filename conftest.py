@@ -7,7 +7,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 from hypothesis import settings
@@ -290,9 +290,13 @@ def isolated_env(venv: Path) -> Dict[str, str]:
     return {**keep, "PATH": f"{venv / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin", "PYTHONNOUSERSITE": "1"}
 
 
-def make_venv(path: Path, *packages: str) -> Path:
-    """A venv without system site-packages holding only `packages` (and their dependencies)."""
+def make_venv(path: Path, *packages: str, linked: Sequence[str] = ()) -> Path:
+    """A venv without system site-packages holding only `packages` (and their dependencies), installed by pip;
+    `linked` distributions (and theirs) come from this interpreter's installation as `linked_venv` gives them,
+    already installed when pip resolves `packages`: torch in a minute of unpacking is torch's install, not ours."""
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    if linked:
+        link_distributions(path, *linked)
     pip = subprocess.run([str(path / "bin" / "python"), "-I", "-m", "pip", "install", "-q",
                           "--disable-pip-version-check", *packages],
                          capture_output=True, text=True, env=isolated_env(path), cwd=path)
@@ -305,6 +309,12 @@ def linked_venv(path: Path, *distributions: str) -> Path:
     and what they require, linked from this interpreter's own installation through a path
     file: what `pip install` would give it, in a second instead of a minute of unpacking."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    return link_distributions(path, *distributions)
+
+
+def link_distributions(path: Path, *distributions: str) -> Path:
+    """`distributions` and what they require, from this interpreter's installation, seen by the venv at `path`
+    (and by pip there: their metadata comes along) through a path file."""
     linked = path / "linked"
     linked.mkdir()
     todo, seen = list(distributions), set()

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -84,9 +83,9 @@ def bare_venv(tmp_path_factory, wheel) -> Path:
 
 @pytest.fixture(scope="module")
 def torch_venv(tmp_path_factory, wheel) -> Path:
-    """The wheel plus torch (the version this suite runs with) and pytest, from the package index."""
-    return make_venv(tmp_path_factory.mktemp("torch") / "venv", str(wheel), f"torch=={metadata.version('torch')}",
-                     "pytest")
+    """The wheel and pytest, from the package index, beside the torch this suite runs with (linked: pip sees it
+    installed, as on a machine that has torch before rocmcheck)."""
+    return make_venv(tmp_path_factory.mktemp("torch") / "venv", str(wheel), "pytest", linked=("torch",))
 
 
 @pytest.fixture
