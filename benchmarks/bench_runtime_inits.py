@@ -7,7 +7,7 @@ process's first device use, as a real runtime's init costs 0.3-4 s (a HIP contex
 first GEMM, librccl). The whole default gate runs at 0 s and at 2 s; (median at 2 s - median
 at 0 s) / 2 is the number of inits on the gate's path. Bar: at most 2 on a healthy node (the
 worker that gathered the device facts and then runs the GPU's probes, and allocator[default]'s
-own interpreter). With one child per variant it was 34.9 (84.4 s against 14.7 s); with a facts
+own child, forked from the zygote). With one child per variant it was 34.9 (84.4 s against 14.7 s); with a facts
 child of its own, 3 on a real GPU (the simulated one counted 2.15 until its device properties
 initialised it, as torch.cuda's do). The count itself, without timing, is a test:
 tests/test_simgpu.py reads the device's own record of each init (ROCMCHECK_SIMGPU_INIT_LOG).

@@ -183,7 +183,7 @@ def test_the_simulated_gate_pays_one_runtime_init(tmp_path, simgpu_built):
     facts initialise the runtime (as torch.cuda.get_device_properties does) in the worker that
     then runs the GPU's probes: one init. One child per variant made it 35; a facts child of its
     own, 2; sdc in a fresh interpreter for CUBLAS_WORKSPACE_CONFIG, 2 (issue 39: every child now
-    has it). (The whole gate adds allocator[default]'s own interpreter: 2, timed by
+    has it). (The whole gate adds allocator[default]'s own child, forked from the zygote: 2, timed by
     `benchmarks/bench_runtime_inits.py`.)"""
     inits = tmp_path / "inits"
     probes = ("device-smoke", "numerics", "config-lint", "gemm", "sdc")
