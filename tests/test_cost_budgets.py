@@ -77,6 +77,11 @@ def test_the_run_cost_is_per_gpu_and_names_each_variant_over_its_budget_round_tr
     assert "over budget (not a failure): a on cuda:1 (3.5s of 2s)" in cost.text()
     assert RunCost.from_dict(json.loads(json.dumps(cost.to_dict()))) == cost
     assert RunCost.from_dict(None) is None and RunCost.from_dict({"wall_s": "x"}) is None  # older or foreign
+    assert cost.before_first_s is None and "before the first" not in cost.text()  # no variant's start given
+    split = RunCost.of(verdicts, wall_s=10.0, in_variants_s=6.0, before_first_s=2.5)
+    assert (split.before_first_s, split.between_s) == (2.5, 1.5)  # the 4 s outside: 2.5 before, 1.5 in the gaps
+    assert "outside any variant 4.0s (before the first 2.5s, between variants 1.5s)" in split.text()
+    assert RunCost.from_dict(json.loads(json.dumps(split.to_dict()))) == split
     again = Verdict.from_dict(json.loads(json.dumps(verdicts[1].to_dict())))
     assert again.cost == verdicts[1].cost and again.cost.over_budget
     assert "cost" not in verdicts[3].to_dict() and Verdict.from_dict(verdicts[3].to_dict()).cost is None
@@ -135,6 +140,9 @@ def test_a_variant_over_its_budget_is_named_in_the_terminal_json_and_markdown_an
     run_cost = RunCost.from_dict(report.sections[COST_SECTION])
     assert [o["variant"] for o in run_cost.over] == ["over-budget"]
     assert run_cost.budget_s == 60.3 and run_cost.wall_s > run_cost.in_variants_s >= slow.first_use_s + slow.work_s
+    # the process's imports and the zygote's `import torch` come before the first variant
+    assert run_cost.before_first_s > 0 and run_cost.before_first_s + run_cost.between_s == pytest.approx(
+        run_cost.outside_s, abs=0.002)
     said = "over budget (not a failure): over-budget"
     assert said in printed and said in (tmp_path / "r.md").read_text()
     assert "## Time against budgets" in (tmp_path / "r.md").read_text()

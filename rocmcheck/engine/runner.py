@@ -629,7 +629,9 @@ class Runner:
         run = replace(self._run_info(), finished=time.time(), partial=partial, interrupted=interrupted, counts=counts)
         # a known issue's scope is judged against the whole run: a control may have run after the verdict
         verdicts = known_issues.judged(self.verdicts, self.fingerprint_cache)
-        cost = RunCost.of(verdicts, time.monotonic() - self.clock_from, covered(self.spans))
+        first = min((start for start, _ in self.spans), default=None)
+        cost = RunCost.of(verdicts, time.monotonic() - self.clock_from, covered(self.spans),
+                          None if first is None else first - self.clock_from)
         return Report(run=run, verdicts=verdicts, fingerprint=self.fingerprint_cache, tool=self._tool(),
                       sections={**self.sections, COST_SECTION: cost.to_dict()})
 
