@@ -28,8 +28,9 @@ device-to-host, otherwise host-to-device. The side-stream method waits with `wai
 `record_stream`, as PyTorch documents (ROCm/pytorch#3194 was closed as correct semantics).
 
 Levels (issue 39): the full sizes below are the heavy profile, run at `rocmcheck run --level 2` or 3 only;
-the gate and the level-1 run copy the gate's sizes (0.4 GiB per variant, 3.7-4.7 s a variant on an H100,
-budget 6 s), so the level-1 run of all 20 variants stays within minutes.
+the gate and the level-1 run copy the gate's sizes (0.4 GiB per variant, budget 6 s; 3.7-4.7 s a variant on an
+H100 before the pattern was made cheaper, which was most of that: docs/budgets.md), so the level-1 run of all 20
+variants stays within minutes.
 
 Cost (full sizes, GPU host): at most ~30 s per variant on a 16-core host (47.5-85.1 s measured on an H100 with
 its allocations and pinning: budget 120 s at level 2). Each byte copied is written once as a pattern and
@@ -329,7 +330,7 @@ class Tally:
     targets="copies returning zeros, NaN or stale data (HIP #3874, TheRock #8379, #6123), also in a training loop",
     links=LINKS,
     timeout=300,
-    budget={1: 6.0, 2: 120.0},  # the gate's sizes 3.7-4.7 s on an H100; the full sizes 47.5-85.1 s (module docstring)
+    budget={1: 6.0, 2: 120.0},  # the gate's sizes 3.7-4.7 s on an H100 (an older, slower pattern); full sizes 47.5-85.1 s
     gate=lambda p: p["context"] == "training" and p["method"] != "d2d",
     variants=[{"method": m, "context": c} for c in CONTEXTS for m in METHODS],
     preload=("torch._dynamo",),  # AdamW.step imports it: ~0.9 s per child otherwise
