@@ -330,7 +330,7 @@ class Tally:
     targets="copies returning zeros, NaN or stale data (HIP #3874, TheRock #8379, #6123), also in a training loop",
     links=LINKS,
     timeout=300,
-    budget={1: 6.0, 2: 120.0},  # gate sizes 3.7-4.7 s on an H100 (with an older, slower pattern), full sizes 47.5-85.1 s
+    budget={1: 6.0, 2: 120.0},  # gate sizes 3.7-4.7 s on an H100 (an older, slower pattern), full sizes 47.5-85.1 s
     gate=lambda p: p["context"] == "training" and p["method"] != "d2d",
     variants=[{"method": m, "context": c} for c in CONTEXTS for m in METHODS],
     preload=("torch._dynamo",),  # AdamW.step imports it: ~0.9 s per child otherwise
