@@ -247,7 +247,7 @@ def big_copy(ctx):
     # (and the default setting had a fresh interpreter); 200 cycles 12-15 s
     budget={1: 8.0, 2: 25.0},
     gate=lambda params: params["setting"] == "default",
-    requires={"gpu": True},
+    requires={"gpu": True, "cuda_runtime": True},  # a simulated GPU has no caching allocator: skipped unstarted
     variants={"setting": list(SETTINGS)},
     # a child of its own: a fresh caching allocator, as the first CUDA call of a fresh `import torch` sets it up. The
     # default variant (no variables) is forked from the zygote, whose torch never touched the GPU, so the gate pays

@@ -96,6 +96,9 @@ def node_status(exit_code: int) -> str:
     return words.get(exit_code, "UNKNOWN")
 
 
+SIMULATED_TYPE = "simgpu"  # torch's device type of the simulated GPUs (rocmcheck/simgpu registers it)
+
+
 @dataclass(frozen=True)
 class Requires:
     """What a probe needs to be applicable; unmet needs become `skip` with the reason."""
@@ -104,13 +107,18 @@ class Requires:
     gpus: int = 0
     backend: Optional[str] = None  # "rocm", "cuda" or None for any
     platforms: Tuple[str, ...] = ()  # sys.platform prefixes; empty means any
+    # torch.cuda itself (its caching allocator and settings), which a simulated GPU does not have: the runner
+    # skips such a variant there without starting its child (a fresh interpreter, where it sets variables)
+    cuda_runtime: bool = False
 
     def unmet(self, device: "DeviceInfo", platform: str) -> Optional[str]:
         """The reason this requirement is not met on `device`, or None."""
         if self.platforms and not any(platform.startswith(p) for p in self.platforms):
             return f"needs platform {'/'.join(self.platforms)}; this is {platform}"
-        if (self.gpu or self.gpus) and device.kind == "cpu":
+        if (self.gpu or self.gpus or self.cuda_runtime) and device.kind == "cpu":
             return "needs a GPU; running on the CPU"
+        if self.cuda_runtime and device.simulated:
+            return f"needs torch.cuda itself (CUDA or ROCm); {device.name} is a simulated GPU without it"
         if self.gpus > 1 and device.count < self.gpus:
             return f"needs {self.gpus} GPUs; {device.count} visible"
         if self.backend and device.backend != self.backend:
@@ -130,6 +138,11 @@ class DeviceInfo:
     @property
     def kind(self) -> str:
         return "cpu" if self.name == "cpu" else "gpu"
+
+    @property
+    def simulated(self) -> bool:
+        """A simulated GPU (`--inject simgpu`): its name's device type is SIMULATED_TYPE."""
+        return self.name.partition(":")[0] == SIMULATED_TYPE
 
 
 ProbeFn = Callable[..., None]

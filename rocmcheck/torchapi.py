@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Type
 
 from .errors import Skip
+from .model import SIMULATED_TYPE
 
 OLDEST = "2.2"  # the oldest supported torch: below it every command that needs torch exits 2
 SINCE: Dict[str, Tuple[str, str]] = {  # name -> (first torch that has it, what torchapi does without it)
@@ -222,7 +223,7 @@ def fully_shard() -> Callable[..., Any]:
 # memory statistics >= 2.8) where the installed torch has it, and through torch.cuda otherwise,
 # so the same probe code runs on all three. CUDA-only facts skip on other devices (`cuda_only`).
 
-SIMULATED = "simgpu"
+SIMULATED = SIMULATED_TYPE  # the simulated GPUs' device type (rocmcheck.model, where the runner reads it too)
 
 
 def _torch() -> Any:

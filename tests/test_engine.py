@@ -79,6 +79,13 @@ def test_requirements_name_the_reason():
     assert "cuda backend" in Requires(gpu=True, backend="cuda").unmet(gpu1, "linux")
     assert "platform win32" in Requires(platforms=("win32",)).unmet(gpu1, "linux")
     assert Requires(gpu=True).unmet(gpu1, "linux") is None
+    simulated = DeviceInfo("simgpu:1", "cpu", 2)
+    assert simulated.simulated and not gpu1.simulated and not cpu.simulated
+    assert Requires(gpu=True).unmet(simulated, "linux") is None  # a GPU's code paths run on a simulated one
+    assert Requires(cuda_runtime=True).unmet(simulated, "linux") == \
+        "needs torch.cuda itself (CUDA or ROCm); simgpu:1 is a simulated GPU without it"
+    assert Requires(cuda_runtime=True).unmet(gpu1, "linux") is None
+    assert "needs a GPU" in Requires(cuda_runtime=True).unmet(cpu, "linux")
 
 
 @pytest.mark.children
