@@ -290,6 +290,13 @@ def isolated_env(venv: Path) -> Dict[str, str]:
     return {**keep, "PATH": f"{venv / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin", "PYTHONNOUSERSITE": "1"}
 
 
+def run_ok_script(code: str, timeout: float = 300, env: Optional[Dict[str, str]] = None) -> None:
+    """Run `code` in a fresh interpreter (a simulated GPU's own process, so the device's state is its own);
+    it passes by printing exactly "ok" and exiting 0, else the assertion shows its stderr."""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+
+
 def make_venv(path: Path, *packages: str, linked: Sequence[str] = ()) -> Path:
     """A venv without system site-packages holding only `packages` (and their dependencies), installed by pip;
     `linked` distributions (and theirs) come from this interpreter's installation as `linked_venv` gives them,

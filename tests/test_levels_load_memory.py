@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from conftest import probe_module
+from conftest import probe_module, run_ok_script
 from rocmcheck import faults, registry, simgpu
 from rocmcheck.cli import main
 from rocmcheck.engine.options import LEVEL_BUDGETS_S
@@ -84,8 +83,7 @@ DEVICE_FAULTS = textwrap.dedent('''
 
 @pytest.mark.children
 def test_a_stuck_bit_sits_at_one_device_address_and_a_sagging_gpu_slows_only_under_sustained_load(simgpu_built):
-    run = subprocess.run([sys.executable, "-c", DEVICE_FAULTS], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+    run_ok_script(DEVICE_FAULTS)
 
 
 @pytest.mark.parametrize("spec, refused", [

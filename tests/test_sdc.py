@@ -5,13 +5,11 @@ in general: test_levels.py."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from conftest import probe_module
+from conftest import probe_module, run_ok_script
 from rocmcheck import faults, simgpu
 from rocmcheck.cli import main
 from rocmcheck.engine.selection import select
@@ -153,8 +151,7 @@ SIMULATED_FLIP = textwrap.dedent('''
 
 @pytest.mark.children
 def test_the_simulated_gpu_flips_one_low_bit_in_its_products_every_time_or_at_a_rate(simgpu_built):
-    run = subprocess.run([sys.executable, "-c", SIMULATED_FLIP], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+    run_ok_script(SIMULATED_FLIP)
 
 
 @pytest.mark.parametrize("spec, refused", [

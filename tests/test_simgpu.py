@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from conftest import run_ok_script
 from rocmcheck import simgpu
 from rocmcheck.cli import main
 from rocmcheck.errors import UsageError
@@ -81,9 +82,7 @@ def simgpu_built():
 
 @pytest.mark.children
 def test_the_device_holds_data_streams_events_pinned_memory_a_slow_first_init_and_a_planted_fault(simgpu_built):
-    env = {**os.environ, simgpu.INIT_ENV: "0.5"}
-    run = subprocess.run([sys.executable, "-c", DEVICE_PATHS], capture_output=True, text=True, timeout=120, env=env)
-    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+    run_ok_script(DEVICE_PATHS, timeout=120, env={**os.environ, simgpu.INIT_ENV: "0.5"})
 
 
 @pytest.mark.children
