@@ -73,15 +73,19 @@ class RunCost:
     first_use_s: float
     work_s: float
     over: List[Dict[str, Any]] = field(default_factory=list)  # variant, device, total_s, budget_s
-    # where the time outside any variant went: before the first began (imports, the zygote's `import torch`, the
-    # device facts and their runtime init) and in the gaps between variants (launching a child, collecting a
-    # result, the node's judgements); None in reports written before issue 39 split it
+    # the part of the time outside any variant before the first began (imports, the zygote's `import torch`, the
+    # device facts and their runtime init); the rest is `between_s`. None in reports written before issue 39
     before_first_s: Optional[float] = None
-    between_s: Optional[float] = None
 
     @property
     def outside_s(self) -> float:
         return round(max(self.wall_s - self.in_variants_s, 0.0), 3)
+
+    @property
+    def between_s(self) -> Optional[float]:
+        """The time outside any variant in the gaps between variants (launching a child, collecting a result,
+        the node's judgements)."""
+        return None if self.before_first_s is None else round(max(self.outside_s - self.before_first_s, 0.0), 3)
 
     @classmethod
     def of(cls, verdicts: List[Verdict], wall_s: float, in_variants_s: float,
@@ -102,11 +106,11 @@ class RunCost:
         outside = max(wall_s - in_variants_s, 0.0)
         before = None if before_first_s is None else round(min(max(before_first_s, 0.0), outside), 3)
         return cls(round(wall_s, 3), round(in_variants_s, 3), round(max(per_device.values(), default=0.0), 3),
-                   setup, first_use, work, over, before,
-                   None if before is None else round(max(outside - before, 0.0), 3))
+                   setup, first_use, work, over, before)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "outside_s": self.outside_s}
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "outside_s": self.outside_s,
+                "between_s": self.between_s}
 
     @classmethod
     def from_dict(cls, data: Any) -> Optional["RunCost"]:
@@ -115,18 +119,18 @@ class RunCost:
             wall, inside, budget, setup, first_use, work = (float(data[name]) for name in (
                 "wall_s", "in_variants_s", "budget_s", "setup_s", "first_use_s", "work_s"))
             over = [dict(o) for o in data.get("over") or [] if isinstance(o, dict)]
-            before, between = (float(data[name]) if isinstance(data.get(name), (int, float)) else None
-                               for name in ("before_first_s", "between_s"))
+            before = data.get("before_first_s")
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
-        return cls(wall, inside, budget, setup, first_use, work, over, before, between)
+        return cls(wall, inside, budget, setup, first_use, work, over,
+                   float(before) if isinstance(before, (int, float)) else None)
 
     def text(self) -> str:
         """One line for people: the wall time against the budget, where it went, and each variant over its own."""
         line = (f"time: {self.wall_s:.1f}s wall against a budget of {self.budget_s:.1f}s per GPU; in variants "
                 f"{self.in_variants_s:.1f}s (setup {self.setup_s:.1f}s, first use {self.first_use_s:.1f}s, work "
                 f"{self.work_s:.1f}s, summed over GPUs), outside any variant {self.outside_s:.1f}s")
-        if self.before_first_s is not None and self.between_s is not None:
+        if self.before_first_s is not None:
             line += f" (before the first {self.before_first_s:.1f}s, between variants {self.between_s:.1f}s)"
         if self.over:
             named = ", ".join(f"{o['variant']} on {o['device']} ({o['total_s']:.1f}s of {o['budget_s']:g}s)"
