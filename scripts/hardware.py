@@ -91,8 +91,8 @@ def plan(simulated: str = "") -> List[Step]:
              "GPU 0", expect_on_gpu0=("warn", "fail")),
         # copy_ alone: with every kind zeroed, the training context's own setup breaks first (AdamW's zeroed step
         # count divides by zero), an error that says less than the copy check's "1024 zeros"
-        Step("drill-copy-zeros", [*gate, "--inject", with_sim("copy-zeros:copy_"), "--probe", "transfer", "-k",
-                                  "copy_-training"], 35, (1,), "host-to-device copies (copy_) return zeros: NO-GO",
+        Step("drill-copy-zeros", [*gate, "--inject", with_sim("copy-zeros:copy_"), "--probe", "transfer"], 35, (1,),
+             "host-to-device copies (copy_) return zeros: NO-GO, transfer[every-training] naming copy_",
              expect_on_gpu0=("fail",)),
         Step("run", [*ROCMCHECK, "run", "--device", "all"] + (["--inject", simulated] if simulated else []), 270,
              (0, 1), "the level-1 run on every GPU (a fail is a finding, kept)"),

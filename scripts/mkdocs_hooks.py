@@ -93,7 +93,9 @@ def probe_catalogue() -> str:
             "cost budget per GPU" + ("" if has_levels else " (level 1 / 2 / 3)")]
         rows = []
         for v in variants:
-            row = [f"`{v.id}`", "yes" if v.in_gate() else "no (full profile)", _needs(v)]
+            gate = ("only (`run` runs the variants it stands for)" if v.gate_only
+                    else "yes" if v.in_gate() else "no (full profile)")
+            row = [f"`{v.id}`", gate, _needs(v)]
             if has_levels:
                 row.append(v.params.get("level", "-"))
             rows.append(row + [_budget(v)])

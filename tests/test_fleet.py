@@ -39,12 +39,12 @@ def test_go_node_verdict_is_the_only_thing_on_stdout(tmp_path, capsys):
 @pytest.mark.children
 def test_no_go_node_verdict_names_each_failure_with_an_action(tmp_path, capsys):
     code = main(["gate", "--keep-going", "--device", "cpu", "--probe", "device-smoke", "--probe", "transfer",
-                 "-k", "device-smoke or to-training",
+                 "-k", "device-smoke or every-training",
                  "--inject", "copy-zeros", "--out-dir", str(tmp_path), "--json", "-"])
     doc, _ = _stdout_document(capsys)
     assert code == 1 and doc["status"] == "NO-GO" and doc["exit_code"] == 1
     failing = {f["check"]: f for f in doc["failing"]}
-    assert set(failing) == {"device-smoke", "transfer[to-training]"}
+    assert set(failing) == {"device-smoke", "transfer[every-training]"}
     assert failing["device-smoke"]["status"] == "fail" and "wrong at" in failing["device-smoke"]["message"]
     assert all(f["action"].startswith("fix this before training") for f in failing.values())  # CPU: no drain
 

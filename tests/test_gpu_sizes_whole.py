@@ -2,12 +2,12 @@
 
 tests/test_gpu_sizes.py runs every gate variant on torch's `meta` device, which holds shapes and no data, so it
 measures a probe's host work only up to the first value read back. Some probes do most of theirs after that: gemm
-builds its float64 references and checks every row sum, transfer writes and checks a pattern for every copy, sdc
-attributes a bad copy with checksums. Here those variants run on the CPU with `ctx.gpu_sized` true, so
-every line of them runs at the sizes a real GPU gets (the GPU's work done by the CPU), to its verdict: a host step
-that is wrong or out of proportion at those sizes (an int32 index past 2**31, an O(n**3) reference) shows up
-here, and the CPU seconds of each are printed. They are not held to the GPU's budget: the CPU also does the
-device's products here, which a GPU does in milliseconds.
+builds its float64 references and checks every row sum, transfer writes a pattern for every source and compares
+every method's copy with it, sdc attributes a bad copy with checksums. Here those variants run on the CPU with
+`ctx.gpu_sized` true, so every line of them runs at the sizes a real GPU gets (the GPU's work done by the CPU), to
+its verdict: a host step that is wrong or out of proportion at those sizes (an int32 index past 2**31, an O(n**3)
+reference) shows up here, and the CPU seconds of each are printed. They are not held to the GPU's budget: the CPU
+also does the device's products here, which a GPU does in milliseconds.
 
 The others are not here: after their first read-back `sdc` compares 8 bytes an output and `speed` times a loop;
 `training` runs its float64 reference on the host at the GPU's sizes, in torch's threads over the host's cores
@@ -24,7 +24,7 @@ import pytest
 from rocmcheck.context import ProbeContext
 from rocmcheck.registry import load_all
 
-WHOLE = ("gemm[fp32-default]", "gemm[bf16-default]", "transfer[to-training]", "transfer[d2h-training]")
+WHOLE = ("gemm[fp32-default]", "gemm[bf16-default]", "transfer[every-training]")
 
 
 def gate_variant(variant_id: str):

@@ -138,6 +138,29 @@ def test_arguments_still_name_variants_and_where_they_run():
     assert spec.runs_in is RunsIn.OWN_CHILD and [v.id for v in spec.expand()] == ["sized-check[1]", "sized-check[2]"]
 
 
+def test_a_gate_variant_runs_in_the_gate_alone_and_stands_for_the_variants_run_runs():
+    """`gate_variants`: the gate (and `--gate-only`, and `gate --require`) runs them and not the variants they stand
+    for; `run` runs those and not them; `rocmcheck list` (gate_only=None) shows both."""
+    import rocmcheck
+    from rocmcheck import registry
+    from rocmcheck.engine.selection import gate_variants, select
+
+    @rocmcheck.probe(variants={"kind": ["a", "b"]}, gate_variants=[{"kind": "both"}])
+    def stood_for_check(ctx, kind):
+        """Stood for."""
+
+    specs = {"stood-for-check": registry.get("stood-for-check")}
+    ids = {only: [v.id for v in select(specs, gate_only=only)] for only in (True, False, None)}
+    assert ids == {True: ["stood-for-check[both]"], False: ["stood-for-check[a]", "stood-for-check[b]"],
+                   None: ["stood-for-check[a]", "stood-for-check[b]", "stood-for-check[both]"]}
+    assert [v.id for v in gate_variants(specs)] == [v.id for v in gate_variants(specs, ["stood-for-*"])] == [
+        "stood-for-check[both]"]
+    assert [v.gate_only for v in specs["stood-for-check"].expand()] == [False, False, True]
+    with pytest.raises(ValueError, match="a gate variant repeats one of its variants"):
+        rocmcheck.probe("repeated-check", title="Repeated.", variants={"kind": ["a"]}, gate_variants=[{"kind": "a"}])(
+            lambda ctx, kind: None)
+
+
 @pytest.mark.children
 @pytest.mark.parametrize("declared, said", [
     ("own_child=True", "cannot load probe module '{path}': TypeError: @rocmcheck.probe(own_child=...) is gone: "

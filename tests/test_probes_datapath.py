@@ -46,9 +46,19 @@ def test_every_variant_passes_without_faults_or_skips_with_its_reason(rocm_run):
 
 def test_one_broken_copy_kind_fails_only_its_method(rocm_run):
     """Zeros from torch.tensor, stale data from as_tensor, one flipped bit from copy_: each fails its
-    own method's variants (both contexts) and the five other methods pass."""
-    verdicts = by_variant(rocm_run(probe="transfer", profile="gate",
+    own method's variants (both contexts) and the five other methods pass; the gate's every-method
+    variant fails naming those three methods alone, with their counts."""
+    verdicts = by_variant(rocm_run(probe="transfer", profile="gate", gate_only=None,
                                    inject="copy-zeros:tensor,copy-stale:as_tensor,copy-flip:copy_"))
+    every = verdicts.pop("transfer[every-training]")
+    assert every["status"] == "fail" and every["message"].startswith(
+        "3 of 9 methods wrong in a training context (tensor 32 of 32 copies, as-tensor 24 of 32 copies, "
+        "copy_ 32 of 32 copies); first: tensor: float32 4 KiB contiguous repeat 1: 1024 of 1024 elements differ "
+        "(1024 zeros, 0 NaN)"), every["message"]
+    m = every["measurements"]
+    assert (m["copies"], m["methods"], m["bad_methods"]) == (9 * 32, 9, 3)
+    assert (m["tensor_bad_copies"], m["as-tensor_bad_copies"], m["copy__bad_copies"]) == (32, 24, 32)
+    assert "to_bad_copies" not in m
     broken = {"tensor", "as-tensor", "copy_"}
     for method in TRANSFER_METHODS:
         for context in ("isolated", "training"):
@@ -64,6 +74,29 @@ def test_one_broken_copy_kind_fails_only_its_method(rocm_run):
     flip = verdicts["transfer[copy_-isolated]"]["measurements"]
     assert flip["int32_mismatches"] == flip["int32_bad_copies"] == flip["int32_copies"]  # one element per copy
     assert "1 of 1024 elements differ" in verdicts["transfer[copy_-isolated]"]["message"]
+
+
+def test_a_copy_that_writes_into_its_source_fails_though_every_copy_matches_it(monkeypatch):
+    """Each copy is compared with its source, and the source with its pattern after its last copy: a copy
+    that wrote into the source it only had to read (here `cuda`, after a right copy) leaves the methods after
+    it matching a wrong source, and only the source's own check sees it."""
+    transfer = probe_module("transfer")
+    send = transfer.Sender.send
+
+    def clobbering(self, staged, dtype):
+        out = send(self, staged, dtype)
+        if self.method == "cuda":  # on the CPU the staged source is the host source's memory
+            import torch
+
+            staged.view(-1)[:1].view(torch.uint8)[:1].bitwise_xor_(1)
+        return out
+
+    monkeypatch.setattr(transfer.Sender, "send", clobbering)
+    v = run_inline("transfer", method="every", context="training")
+    assert v.status is Status.FAIL, v.message
+    assert v.message.startswith("the host source of float32 4 KiB contiguous repeat 1 changed while to, cuda, "
+                                "to-nonblocking, pinned, tensor, as-tensor, copy_, side-stream, d2h copied it: "
+                                "1 of 1024 elements differ"), v.message
 
 
 def test_device_to_host_and_device_to_device_copies_fail_under_their_faults(rocm_run):
@@ -142,10 +175,10 @@ def test_list_shows_every_variant_with_its_profile():
     out = subprocess.run([sys.executable, "-m", "rocmcheck", "list", *(f"--probe={p}" for p in OUR_PROBES)],
                          capture_output=True, text=True, check=True, cwd=ROOT).stdout
     rows = {line.split()[0]: line.split()[1] for line in out.splitlines() if line.split() and "[" in line.split()[0]}
-    assert len(rows) == 44
+    assert len(rows) == 45
     for method in TRANSFER_METHODS:
-        assert (rows[f"transfer[{method}-training]"], rows[f"transfer[{method}-isolated]"]) == (
-            "full" if method == "d2d" else "gate", "full")
+        assert (rows[f"transfer[{method}-training]"], rows[f"transfer[{method}-isolated]"]) == ("full", "full")
+    assert rows["transfer[every-training]"] == "gate-only"
     assert {v for v, p in rows.items() if p == "gate" and not v.startswith("transfer")} == {
         "numerics[cast-bf16]", "numerics[cast-fp16]", "numerics[autocast-bf16]", "numerics[ftz-fp16]",
         "gemm[fp32-default]", "gemm[fp16-default]", "gemm[bf16-default]", "training[plain]", "training[bf16-autocast]"}

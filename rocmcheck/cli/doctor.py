@@ -54,7 +54,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     candidates = load_candidates(args.workarounds)
     if args.from_path is not None:
         source = load_report(args.from_path)
-        chosen = {v.id for v in select(specs, args.probe, args.keyword)} if args.probe or args.keyword else None
+        chosen = ({v.id for v in select(specs, args.probe, args.keyword, gate_only=None)}  # a gate's report too
+                  if args.probe or args.keyword else None)
         failing = failing_variants(source, specs, chosen, str(args.from_path))
         if not failing:
             among = " among the selection" if args.probe or args.keyword else ""

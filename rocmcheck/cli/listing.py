@@ -34,12 +34,17 @@ def cmd_list(args: argparse.Namespace) -> int:
                        maxcolwidths=[None, FAULT_ARG_WIDTH, FAULT_HELP_WIDTH]))
         print("\nInject with --inject NAME[:ARG][@PROBE_GLOB][,...] or $" + INJECT_ENV)
         return ExitCode.OK
-    variants = select(specs, args.probe, args.keyword, gate_only=args.gate_only, level=None)
-    rows = [[v.id, "gate" if v.in_gate() else "full", f"{v.spec.timeout:g}s", needs(v), short(v.spec.targets, 60)]
-            for v in variants]
+    variants = select(specs, args.probe, args.keyword, gate_only=args.gate_only or None, level=None)
+    rows = [[v.id, profile(v), f"{v.spec.timeout:g}s", needs(v), short(v.spec.targets, 60)] for v in variants]
     print(tabulate(rows, headers=["variant", "profile", "timeout", "needs", "targets"], tablefmt="simple"))
     print(f"\n{counted(len(variants), 'variant')} of {counted(len({v.spec.id for v in variants}), 'probe')}")
     return ExitCode.OK
+
+
+def profile(v: Variant) -> str:
+    """Where a variant runs: "gate" (the gate and `run`), "gate-only" (one of a probe's `gate_variants`, standing
+    for variants `run` runs one by one) or "full" (`run` only)."""
+    return "gate-only" if v.gate_only else "gate" if v.in_gate() else "full"
 
 
 def needs(v: Variant) -> str:

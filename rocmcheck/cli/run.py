@@ -92,7 +92,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         specs = registry.load_all(opts.probes_paths)
         variants = gate_variants(specs, args.require, opts.level)
         if args.probe or args.keyword:
-            chosen = {v.id for v in select(specs, args.probe, args.keyword)}
+            chosen = {v.id for v in select(specs, args.probe, args.keyword, gate_only=None)}
             variants = [v for v in variants if v.id in chosen]
         human = for_people(args)
         report = execute(opts, variants, human)

@@ -65,10 +65,11 @@ def keyword_matcher(expr: str) -> Callable[[str], bool]:
 
 
 def select(registry: Dict[str, ProbeSpec], probes: Iterable[str] = (), keyword: str = "",
-           gate_only: bool = False, level: Optional[int] = 1) -> List[Variant]:
-    """The variants to run, in registry order; an id glob that matches nothing is an error. Of a
-    probe with levels (a `level` parameter) only the variants of `level` run (`--level`; None:
-    every level, as `rocmcheck list` shows them)."""
+           gate_only: Optional[bool] = False, level: Optional[int] = 1) -> List[Variant]:
+    """The variants to run, in registry order; an id glob that matches nothing is an error. `gate_only`: the
+    gate's variants (True), `run`'s (False: not a probe's `gate_variants`, which stand for some of them) or
+    every one (None, as `rocmcheck list` shows them). Of a probe with levels (a `level` parameter) only the
+    variants of `level` run (`--level`; None: every level)."""
     patterns = list(probes)
     for pattern in patterns:
         if not any(fnmatch.fnmatchcase(pid, pattern) for pid in registry):
@@ -79,7 +80,7 @@ def select(registry: Dict[str, ProbeSpec], probes: Iterable[str] = (), keyword: 
         if patterns and not any(fnmatch.fnmatchcase(pid, p) for p in patterns):
             continue
         for variant in registry[pid].expand():
-            if gate_only and not variant.in_gate():
+            if (gate_only and not variant.in_gate()) or (gate_only is False and variant.gate_only):
                 continue
             if level is not None and variant.params.get("level", level) != level:
                 continue
@@ -103,7 +104,7 @@ def gate_variants(specs: Dict[str, ProbeSpec], require: Iterable[str] = (), leve
         return [v for v in chosen if "level" not in v.params] + levelled
     chosen = []
     for pattern in patterns:
-        for probe_variants in [select(specs, [pid], level=level) for pid in sorted(specs)
+        for probe_variants in [select(specs, [pid], gate_only=None, level=level) for pid in sorted(specs)
                                if fnmatch.fnmatchcase(pid, pattern)]:
             in_gate = [v for v in probe_variants if v.in_gate()]
             chosen.extend(in_gate or probe_variants)
