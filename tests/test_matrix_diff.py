@@ -182,10 +182,11 @@ def test_beside_the_host_a_figure_is_judged_against_the_hosts_same_work_timed_wi
     assert slowed.regression and slowed.slower_pct == pytest.approx(100) and slowed.host_slower_pct == 0
     hidden = judged(run([4.9, 5.0, 4.8], [8.0, 8.2, 7.9]))  # 2x slower beside a host twice as fast: 46% alone
     assert hidden.regression and hidden.slower_pct == pytest.approx(191, abs=1)
-    # faster alone while the host got twice as fast: no regression (a loaded CI run, where a simulated GPU's
-    # matmul-bf16 went from 0.29 to 0.37 TFLOPS and read 55% slower beside the host)
-    faster = judged(run([8.0, 8.1, 7.8], [8.0, 8.2, 7.8]))
-    assert faster.slower_pct > 50 and faster.host_slower_pct == pytest.approx(-50) and not faster.regression
+    # faster alone, 75% slower beside a host twice as fast: a regression still. A baseline from a busier host makes
+    # a real slowdown read faster alone (a CI run: h2d-strided under simgpu-slow-copy:2, "itself 18% faster"), so
+    # the figure alone rules nothing out
+    faster_alone = judged(run([8.0, 8.3, 7.9], [8.0, 8.2, 7.8]))
+    assert faster_alone.regression and faster_alone.slower_pct == pytest.approx(75, abs=1)
     older = judged(run([3.8, 4.194, 3.7]))  # a report without the host's samples: the fastest samples alone
     assert older.regression and older.host_slower_pct is None and older.text().endswith("(74% slower)")
 
