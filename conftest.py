@@ -216,6 +216,85 @@ def _restore_probe_registry():
             del sys.modules[name]
 
 
+class SharedZygote:
+    """Test-only: the zygote servers of this worker's in-process runs, kept between runs that would start the same
+    one (the same probe paths, preloads, folder and environment), as a test database is kept between tests.
+
+    A zygote only imports torch, the preloads and the probes, then forks: it runs nothing of a probe, so a run
+    that reuses one forks its children from the state a new one would have, and skips the 2-6 s of imports
+    (tens of in-process runs per module). A server that died (killed by a test) is replaced; tests about the
+    server itself, its start and what outlives a run are marked `own_zygote` and start their own, as every
+    `rocmcheck` command does."""
+
+    servers: Dict[tuple, object] = {}
+    made: List[type] = []  # the launcher class, made once: the isolation module's isinstance checks must hold
+
+    @classmethod
+    def key(cls, probes_paths, preload) -> tuple:
+        env = tuple(sorted((k, v) for k, v in os.environ.items() if not k.startswith("PYTEST_")))
+        return tuple(str(p) for p in probes_paths), tuple(preload), os.getcwd(), env
+
+    @classmethod
+    def launcher(cls) -> type:
+        if not cls.made:
+            cls.made.append(cls._make())
+        return cls.made[0]
+
+    @classmethod
+    def _make(cls) -> type:
+        from rocmcheck.engine import zygote
+
+        class Shared(zygote.ZygoteLauncher):
+            def __new__(klass, probes_paths, preload=()):
+                key = cls.key(probes_paths, preload)
+                kept = cls.servers.get(key)
+                if kept is not None and not kept.dead and kept._server.poll() is None:
+                    with kept._cond:  # a new run's children: nothing of the last run's is waited for
+                        kept._exits.clear()
+                        kept._replies.clear()
+                    return kept
+                if kept is not None:  # died (a test killed it): its socket and pipe go, a new one is kept
+                    del cls.servers[key]
+                    zygote.ZygoteLauncher.close(kept)
+                made = super().__new__(klass)
+                made._key = key
+                return made
+
+            def __init__(self, probes_paths, preload=()):
+                if getattr(self, "_server", None) is not None:
+                    return  # kept from an earlier run
+                super().__init__(probes_paths, preload)
+                cls.servers[self._key] = self
+
+            def close(self) -> None:
+                if cls.servers.get(self._key) is not self:
+                    super().close()
+
+        return Shared
+
+    @classmethod
+    def close_all(cls) -> None:
+        servers, cls.servers = list(cls.servers.values()), {}
+        for server in servers:
+            server.close()  # no longer kept: closed
+
+
+@pytest.fixture(autouse=True)
+def _shared_zygote(request, monkeypatch):
+    """In-process runs share their zygote servers (`SharedZygote`) unless the test is marked `own_zygote`."""
+    if request.node.get_closest_marker("own_zygote") is None:
+        from rocmcheck.engine import isolation
+
+        monkeypatch.setattr(isolation, "ZygoteLauncher", SharedZygote.launcher())
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_shared_zygotes():
+    yield
+    SharedZygote.close_all()
+
+
 @pytest.fixture
 def rocm_run():
     """`rocm_run(probe=..., inject=..., ...)` -> list of verdict dicts (see run_probes)."""

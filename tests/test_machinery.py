@@ -31,6 +31,8 @@ from rocmcheck.outputs.formats import offered
 
 FAKE = str(Path(__file__).parent / "fake_probes")
 
+pytestmark = pytest.mark.own_zygote  # the isolation machinery itself: every run starts its own server
+
 
 @pytest.fixture
 def piddir(tmp_path, monkeypatch):

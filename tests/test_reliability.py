@@ -19,6 +19,8 @@ import pytest
 FAKE = str(Path(__file__).parent / "fake_probes")
 TIMEOUT = 3.0
 
+pytestmark = pytest.mark.own_zygote  # the isolation machinery itself: every run starts its own server
+
 
 @pytest.fixture
 def piddir(tmp_path, monkeypatch):
