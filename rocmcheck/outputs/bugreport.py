@@ -157,32 +157,40 @@ def write(bug: BugReport, md_path: Path) -> List[Path]:
 def _fit(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: Dict[str, str],
          context: Dict[str, Any], redactor: Redactor) -> tuple:
     """The Markdown, redacted once more as a whole, within GITHUB_BODY_LIMIT, cutting by
-    priority; returns (text, cuts)."""
-    trim, cuts = Trim(), cast(List[str], [])
-    text = redactor.text(markdown(report, scripts, no_repro, context, trim, cuts))
-    for note, change in TRIM_STEPS:
+    priority; returns (text, cuts). A candidate is redacted once it fits (redaction may lengthen
+    it, so that one is measured again): a report of thousands of verdicts was redacted whole at
+    every step (2.5 of its 8 s)."""
+    trim, cuts, steps = Trim(), cast(List[str], []), iter(TRIM_STEPS)
+    parsed = Report.from_dict(report)  # once: each step builds the whole Markdown again
+    while True:
+        text = markdown(report, parsed, scripts, no_repro, context, trim, cuts)
         if len(text) <= GITHUB_BODY_LIMIT:
-            return text, cuts
+            text = redactor.text(text)  # it may grow: measured again
+        step = next(steps, None)
+        if len(text) <= GITHUB_BODY_LIMIT or step is None:
+            break
+        note, change = step
         trim, cuts = replace(trim, **change), [*cuts, note]
-        text = redactor.text(markdown(report, scripts, no_repro, context, trim, cuts))
     if len(text) > GITHUB_BODY_LIMIT:
+        text = redactor.text(text)  # the last, cut below (redacting a redacted text again changes nothing)
         cuts.append("everything past the GitHub issue limit")
         tail = f"\n\n**[cut at {GITHUB_BODY_LIMIT:,} characters: see the JSON twin `{context['twin']}`]**\n"
         text = text[:GITHUB_BODY_LIMIT - len(tail)] + tail
     return text, cuts
 
 
-def markdown(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: Dict[str, str],
+def markdown(report: Dict[str, Any], parsed: Report, scripts: List[repro.Reproducer], no_repro: Dict[str, str],
              context: Dict[str, Any], trim: Trim = Trim(), cuts: Iterable[str] = ()) -> str:
+    """The Markdown of `report` (as data) and `parsed` (the same, as a Report), cut as `trim` says."""
     fp = report["fingerprint"]
     bad = sorted((v for v in report["verdicts"] if is_bad(v["status"])), key=lambda v: -Status(v["status"]).severity)
-    out = [f"# rocmcheck report: {summary(fp)}", "", _summary_paragraph(report, bad, context), "",
+    out = [f"# rocmcheck report: {summary(fp)}", "", _summary_paragraph(report, parsed, bad, context), "",
            f"> {context['redaction']}"]
     cuts = list(cuts)
     if cuts:
         out.append(f"> Trimmed to fit a GitHub issue ({GITHUB_BODY_LIMIT:,} characters): left out "
                    f"{'; '.join(cuts)}. The JSON twin `{context['twin']}` has everything.")
-    out += ["", "## Environment", "", _fingerprint_table(report), ""]
+    out += ["", "## Environment", "", _fingerprint_table(report, parsed), ""]
     by_variant = {r.variant: r for r in scripts}
     shown = bad if trim.max_verdicts is None else bad[:trim.max_verdicts]
     code_shown: Counter = Counter()
@@ -204,14 +212,14 @@ def markdown(report: Dict[str, Any], scripts: List[repro.Reproducer], no_repro: 
     out += _known_issues_section(bad + warns)
     if "log" in report:
         out += _log_section(report["log"], trim.evidence_chars)
-    out += _matrix_section(report, trim.matrix_rows)
+    out += _matrix_section(report, parsed, trim.matrix_rows)
     if "doctor" in report:
         out += ["", "## Doctor", ""]
         out += _doctor(report["doctor"]) if trim.doctor else ["(cut: see the JSON twin)"]
     return "\n".join(out) + "\n"
 
 
-def _matrix_section(report: Dict[str, Any], rows_kept: str) -> List[str]:
+def _matrix_section(report: Dict[str, Any], parsed: Report, rows_kept: str) -> List[str]:
     """The run's table (a column per GPU), its passing and skipped rows cut where `rows_kept` says."""
     variants = list(dict.fromkeys(v["variant"] for v in report["verdicts"]))
     if rows_kept == "none":
@@ -220,7 +228,7 @@ def _matrix_section(report: Dict[str, Any], rows_kept: str) -> List[str]:
         list(dict.fromkeys(v["variant"] for v in report["verdicts"] if is_notable(v["status"])))
     cut = "" if rows_kept == "all" else f", {len(variants) - len(rows)} passing or skipped rows cut"
     return ["", f"<details><summary>Full matrix ({len(variants)} variants{cut})</summary>", "",
-            run_table(Report.from_dict(report), markdown=True, variants=rows) if rows else "(no verdicts)", "",
+            run_table(parsed, markdown=True, variants=rows) if rows else "(no verdicts)", "",
             "</details>"]
 
 
@@ -234,7 +242,8 @@ def _names(names: List[str]) -> str:
     return ", ".join(names[:NAMES_LISTED]) + (f" and {more} more" if more > 0 else "")
 
 
-def _summary_paragraph(report: Dict[str, Any], bad: List[Dict[str, Any]], context: Dict[str, Any]) -> str:
+def _summary_paragraph(report: Dict[str, Any], parsed: Report, bad: List[Dict[str, Any]],
+                       context: Dict[str, Any]) -> str:
     run = report.get("run") or {}
     when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(run["started"])) + " UTC" \
         if isinstance(run.get("started"), (int, float)) else "an unknown time"
@@ -242,9 +251,9 @@ def _summary_paragraph(report: Dict[str, Any], bad: List[Dict[str, Any]], contex
     across = f" ({counted(len(report['verdicts']), 'verdict')} across its devices)" \
         if variants != len(report["verdicts"]) else ""
     text = (f"rocmcheck {(report.get('tool') or {}).get('version', '?')} ran {counted(variants, 'probe variant')}"
-            f"{across} on **{summary(report['fingerprint'])}** ({_devices(report)}, profile "
+            f"{across} on **{summary(report['fingerprint'])}** ({_devices(parsed)}, profile "
             f"{run.get('profile', '?')}, isolation {run.get('isolation', '?')}, run `{run.get('id', '?')}`, {when}): "
-            f"{counts_line(Report.from_dict(report))}.")
+            f"{counts_line(parsed)}.")
     if bad:
         listed = ", ".join(_named(v) for v in bad[:5])
         text += f" Not passing: {listed}{' and more' if len(bad) > 5 else ''}."
@@ -260,13 +269,13 @@ def _summary_paragraph(report: Dict[str, Any], bad: List[Dict[str, Any]], contex
     return " ".join([text, *context["notes"]])
 
 
-def _devices(report: Dict[str, Any]) -> str:
+def _devices(parsed: Report) -> str:
     """`devices simgpu:0 (simgpu, 0000:10:00.0), simgpu:1 (…)`, or `device cpu`."""
-    tested = devices_tested(Report.from_dict(report))
+    tested = devices_tested(parsed)
     return f"device{'s' if len(tested) > 1 else ''} {', '.join(tested)}"
 
 
-def _fingerprint_table(report: Dict[str, Any]) -> str:
+def _fingerprint_table(report: Dict[str, Any], parsed: Report) -> str:
     from tabulate import tabulate
 
     fp = report["fingerprint"]
@@ -278,7 +287,7 @@ def _fingerprint_table(report: Dict[str, Any]) -> str:
         ("torch", dev.get("torch")),
         ("backend", " ".join(f"{k} {dev[k]}" for k in ("rocm", "hip", "cuda") if dev.get(k)) or dev.get("backend")),
         ("GPUs", gpus or f"none visible ({dev.get('torch_error') or 'CPU run'})"),
-        ("device under test", ", ".join(devices_tested(Report.from_dict(report)))),
+        ("device under test", ", ".join(devices_tested(parsed))),
         ("wheel arch list", " ".join(map(str, _list(dev.get("arch_list")))) or None),
         ("driver / runtime", ", ".join(f"{k} {dev[k]}" for k in DRIVER_FACTS if dev.get(k)) or None),
         ("OS", dev.get("os_collect_env") or host.get("os")),
