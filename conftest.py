@@ -252,6 +252,7 @@ class SharedZygote:
                     with kept._cond:  # a new run's children: nothing of the last run's is waited for
                         kept._exits.clear()
                         kept._replies.clear()
+                        kept.info = {**kept.info, "imports_s": {}}  # this run imported nothing
                     return kept
                 if kept is not None:  # died (a test killed it): its socket and pipe go, a new one is kept
                     del cls.servers[key]

@@ -58,6 +58,9 @@ def verdict_from(record: Any) -> Optional[Verdict]:
 COST_SECTION = "cost"  # Report.sections[COST_SECTION]: RunCost.to_dict()
 
 
+IMPORT_SHOWN_S = 0.1  # an import of the isolation server the time line names (every one is in the JSON)
+
+
 @dataclass(frozen=True)
 class RunCost:
     """A run's wall time against the sum of its variants' budgets (issue 39), the report's `cost` section.
@@ -76,6 +79,9 @@ class RunCost:
     # the part of the time outside any variant before the first began (imports, the zygote's `import torch`, the
     # device facts and their runtime init); the rest is `between_s`. None in reports written before issue 39
     before_first_s: Optional[float] = None
+    # of that, the isolation server's imports before it was ready, seconds per module in order: torch, each module
+    # a selected probe preloads (`@probe(preload=...)`), "probes" (the probe modules); empty under spawn isolation
+    imports_s: Dict[str, float] = field(default_factory=dict)
 
     @property
     def outside_s(self) -> float:
@@ -89,7 +95,7 @@ class RunCost:
 
     @classmethod
     def of(cls, verdicts: List[Verdict], wall_s: float, in_variants_s: float,
-           before_first_s: Optional[float] = None) -> "RunCost":
+           before_first_s: Optional[float] = None, imports_s: Optional[Dict[str, float]] = None) -> "RunCost":
         per_device: Dict[str, float] = {}
         over = []
         for v in verdicts:
@@ -106,7 +112,7 @@ class RunCost:
         outside = max(wall_s - in_variants_s, 0.0)
         before = None if before_first_s is None else round(min(max(before_first_s, 0.0), outside), 3)
         return cls(round(wall_s, 3), round(in_variants_s, 3), round(max(per_device.values(), default=0.0), 3),
-                   setup, first_use, work, over, before)
+                   setup, first_use, work, over, before, {m: round(s, 3) for m, s in (imports_s or {}).items()})
 
     def to_dict(self) -> Dict[str, Any]:
         return {**{f.name: getattr(self, f.name) for f in fields(self)}, "outside_s": self.outside_s,
@@ -120,10 +126,11 @@ class RunCost:
                 "wall_s", "in_variants_s", "budget_s", "setup_s", "first_use_s", "work_s"))
             over = [dict(o) for o in data.get("over") or [] if isinstance(o, dict)]
             before = data.get("before_first_s")
+            imports = {str(m): float(s) for m, s in (data.get("imports_s") or {}).items()}
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         return cls(wall, inside, budget, setup, first_use, work, over,
-                   float(before) if isinstance(before, (int, float)) else None)
+                   float(before) if isinstance(before, (int, float)) else None, imports)
 
     def text(self) -> str:
         """One line for people: the wall time against the budget, where it went, and each variant over its own."""
@@ -131,7 +138,9 @@ class RunCost:
                 f"{self.in_variants_s:.1f}s (setup {self.setup_s:.1f}s, first use {self.first_use_s:.1f}s, work "
                 f"{self.work_s:.1f}s, summed over GPUs), outside any variant {self.outside_s:.1f}s")
         if self.before_first_s is not None:
-            line += f" (before the first {self.before_first_s:.1f}s, between variants {self.between_s:.1f}s)"
+            shown = [f"{m} {s:.1f}s" for m, s in self.imports_s.items() if s >= IMPORT_SHOWN_S]
+            imports = f"; of the first, the isolation server's imports {', '.join(shown)}" if shown else ""
+            line += f" (before the first {self.before_first_s:.1f}s, between variants {self.between_s:.1f}s{imports})"
         if self.over:
             named = ", ".join(f"{o['variant']} on {o['device']} ({o['total_s']:.1f}s of {o['budget_s']:g}s)"
                               for o in self.over)

@@ -82,6 +82,12 @@ def test_the_run_cost_is_per_gpu_and_names_each_variant_over_its_budget_round_tr
     assert (split.before_first_s, split.between_s) == (2.5, 1.5)  # the 4 s outside: 2.5 before, 1.5 in the gaps
     assert "outside any variant 4.0s (before the first 2.5s, between variants 1.5s)" in split.text()
     assert RunCost.from_dict(json.loads(json.dumps(split.to_dict()))) == split
+    imported = RunCost.of(verdicts, wall_s=10.0, in_variants_s=6.0, before_first_s=2.5,
+                          imports_s={"torch": 1.3, "torch._dynamo": 0.9, "accelerate": 0.04, "probes": 0.2})
+    assert imported.text().split("outside any variant ")[1].startswith(
+        "4.0s (before the first 2.5s, between variants 1.5s; of the first, the isolation server's imports torch 1.3s, "
+        "torch._dynamo 0.9s, probes 0.2s)")  # accelerate's 0.04 s only in the JSON
+    assert RunCost.from_dict(json.loads(json.dumps(imported.to_dict()))) == imported
     again = Verdict.from_dict(json.loads(json.dumps(verdicts[1].to_dict())))
     assert again.cost == verdicts[1].cost and again.cost.over_budget
     assert "cost" not in verdicts[3].to_dict() and Verdict.from_dict(verdicts[3].to_dict()).cost is None
@@ -140,9 +146,12 @@ def test_a_variant_over_its_budget_is_named_in_the_terminal_json_and_markdown_an
     run_cost = RunCost.from_dict(report.sections[COST_SECTION])
     assert [o["variant"] for o in run_cost.over] == ["over-budget"]
     assert run_cost.budget_s == 60.3 and run_cost.wall_s > run_cost.in_variants_s >= slow.first_use_s + slow.work_s
-    # the process's imports and the zygote's `import torch` come before the first variant
+    # the process's imports and the zygote's `import torch` come before the first variant; the zygote's imports,
+    # module by module, are part of that (its own server: the probe folder is this test's)
     assert run_cost.before_first_s > 0 and run_cost.before_first_s + run_cost.between_s == pytest.approx(
         run_cost.outside_s, abs=0.002)
+    assert list(run_cost.imports_s)[0] == "torch" and list(run_cost.imports_s)[-1] == "probes"
+    assert run_cost.imports_s["torch"] > 0 and sum(run_cost.imports_s.values()) < run_cost.before_first_s
     said = "over budget (not a failure): over-budget"
     assert said in printed and said in (tmp_path / "r.md").read_text()
     assert "## Time against budgets" in (tmp_path / "r.md").read_text()

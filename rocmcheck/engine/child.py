@@ -224,16 +224,23 @@ def execute(task: Task, next_task: Callable[[], str]) -> None:
     os._exit(0)  # skip interpreter teardown: a wedged runtime must not turn a verdict into a hang
 
 
-def preload_from_env() -> None:
+def preload_from_env() -> Dict[str, float]:
     """Import torch, the modules the selected probes asked for and the probe modules ahead of
-    the task (zygote and standby children), as the parent listed them in the environment."""
+    the task (zygote and standby children), as the parent listed them in the environment.
+    Returns the seconds each took ("probes": the probe modules and the faults), in that order."""
+    took: Dict[str, float] = {}
     for module in ["torch", *json.loads(os.environ.get(CHILD_PRELOAD_ENV, "[]"))]:
+        began = time.monotonic()
         try:
             importlib.import_module(module)
         except Exception:
             pass  # the probe that needs it reports the import error itself
+        took[module] = round(time.monotonic() - began, 3)
+    began = time.monotonic()
     registry.load_all(json.loads(os.environ.get(CHILD_PATHS_ENV, "[]")))
     faults.catalogue()
+    took["probes"] = round(time.monotonic() - began, 3)
+    return took
 
 
 def main() -> None:

@@ -64,6 +64,7 @@ class Isolation:
         self.kill_policy = kill_policy  # how the watchdog ends a hung child
         self.note = note
         self.launcher: Optional[Launcher] = None
+        self.imports_s: Dict[str, float] = {}  # the zygote's imports before it was ready, seconds per module
         self.workers: Dict[WorkerKey, Worker] = {}
         self.running: Dict[str, Tuple[str, ChildProcess]] = {}  # device -> (what, child) while a task runs there
         self.lock = threading.Lock()  # the queues of several devices share the launcher and the workers
@@ -78,6 +79,7 @@ class Isolation:
                 self.launcher = zygote = ZygoteLauncher(self.probes_paths, self.preload)
             info = zygote.wait_ready()
             if info.get("ok"):
+                self.imports_s = dict(info.get("imports_s") or {})
                 return
             zygote.close()
             self.mode = "spawn"

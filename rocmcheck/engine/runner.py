@@ -631,7 +631,7 @@ class Runner:
         verdicts = known_issues.judged(self.verdicts, self.fingerprint_cache)
         first = min((start for start, _ in self.spans), default=None)
         cost = RunCost.of(verdicts, time.monotonic() - self.clock_from, covered(self.spans),
-                          None if first is None else first - self.clock_from)
+                          None if first is None else first - self.clock_from, self.isolation.imports_s)
         return Report(run=run, verdicts=verdicts, fingerprint=self.fingerprint_cache, tool=self._tool(),
                       sections={**self.sections, COST_SECTION: cost.to_dict()})
 

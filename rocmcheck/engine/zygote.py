@@ -227,8 +227,8 @@ def serve(fd: int) -> None:
     os.environ[ZYGOTE_ENV] = "zygote"
     from . import child
 
-    child.preload_from_env()
-    ready = {"op": "ready", "ok": True, "torch": None}
+    imports = child.preload_from_env()
+    ready = {"op": "ready", "ok": True, "torch": None, "imports_s": imports}
     if "torch" in sys.modules:
         import torch
 
