@@ -330,15 +330,15 @@ def test_the_full_gpu_plan_keeps_every_coverage_class_within_its_budget(monkeypa
     assert max(c.nbytes for c in transfer.plan(heavy)) == 3 << 30
 
 
-def test_largest_copy_is_sized_by_the_cgroup_and_a_bad_one_fails_in_time(rocm_run, tmp_path):
+def test_largest_copy_is_sized_by_the_cgroup_and_a_bad_one_fails_in_time(rocm_run, tmp_path, monkeypatch):
     """Full profile on the CPU at level 2 (the largest copy is the heavy profile's): the cgroup leaves 96 MiB, so
     the largest copy is a third of it; zeros
     on every copy end in FAIL well inside the timeout, the direction judged on a bounded window."""
     root = cgroup_tree(tmp_path, v2={"job/step": (400 * MIB, 304 * MIB)})
-    env = {"ROCMCHECK_HOST_ROOT": str(root)}
-    (ok,) = rocm_run(probe="transfer", keyword="to-isolated", env=env, level=2)
+    monkeypatch.setenv("ROCMCHECK_HOST_ROOT", str(root))  # the children inherit it (no fresh interpreter each)
+    (ok,) = rocm_run(probe="transfer", keyword="to-isolated", level=2)
     assert ok["status"] == "pass" and ok["measurements"]["largest_bytes"] == 32 * MIB
-    (bad,) = rocm_run(probe="transfer", keyword="to-isolated", env=env, inject="copy-zeros:to", timeout=120, level=2)
+    (bad,) = rocm_run(probe="transfer", keyword="to-isolated", inject="copy-zeros:to", timeout=120, level=2)
     m = bad["measurements"]
     assert bad["status"] == "fail" and m["largest_bytes"] == 32 * MIB and bad["duration_s"] < 120
     assert m["float32_bad_copies"] == m["float32_copies"] == 2 * 10 * 2 + 2  # 4 KiB and 1 MiB both ways, largest
