@@ -122,4 +122,4 @@ def test_the_gpus_are_the_ones_torch_sees(tmp_path):
 def test_make_hardware_runs_the_script_on_a_full_install():
     dry = subprocess.run(["make", "-n", "hardware", "VENV=/nonexistent-venv"], cwd=ROOT, capture_output=True, text=True)
     assert "/nonexistent-venv/bin/python scripts/hardware.py" in dry.stdout
-    assert 'pip install -q -e ".[test,hf]"' in dry.stdout  # pytest, for the CUDA-build tests
+    assert 'pip install -q --no-compile -e ".[test,hf]"' in dry.stdout  # pytest, for the CUDA-build tests
