@@ -62,12 +62,17 @@ def tolerance_holds(tolerance_pct: float, worst_slower_pct: float) -> bool:
     return MARGIN * worst_slower_pct <= tolerance_pct <= CEILING_PCT
 
 
+def run_args(where: str, folder: Path, report: Path) -> List[str]:
+    """`rocmcheck run`'s arguments for one healthy run at `where`, its JSON report written to `report`."""
+    probes = [arg for probe in PROBES[:2 if where == "simgpu1" else 3] for arg in ("--probe", probe)]
+    return ["run", *probes, *WHERE[where], "--out-dir", str(folder), "--json", str(report)]
+
+
 def run_once(where: str, folder: Path, name: str) -> Path:
     """One healthy run in a process of its own; the path of its JSON report."""
     report = folder / f"{name}.json"
-    probes = [arg for probe in PROBES[:2 if where == "simgpu1" else 3] for arg in ("--probe", probe)]
-    done = subprocess.run([sys.executable, "-m", "rocmcheck", "run", *probes, *WHERE[where],
-                           "--out-dir", str(folder), "--json", str(report)], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-m", "rocmcheck", *run_args(where, folder, report)],
+                          capture_output=True, text=True, cwd=ROOT)
     if not report.exists():
         raise SystemExit(f"speed_noise: the {where} run wrote no report (exit {done.returncode}):\n"
                          f"{done.stderr[-2000:]}")

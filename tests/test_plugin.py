@@ -218,8 +218,10 @@ def test_with_a_baseline_a_speed_figure_slower_beyond_the_tolerance_fails_its_it
                 "verdicts": [{"probe": "fake-speed", "variant": "fake-speed", "status": "pass",
                               "device": {"name": "cpu"}, "measurements": {"speed": {"copy": figure}}}]}
     (pytester.path / "base.json").write_text(json.dumps(baseline))
-    args = ("--rocm-matrix=out", "--rocm-probes-path=sp", "--rocm-baseline=base.json", "-k", "fake-speed")
-    result = run(pytester, *args)
+    args = ("-p", "no:cacheprovider", "--rocm-matrix=out", "--rocm-probes-path=sp", "--rocm-baseline=base.json",
+            "-k", "fake-speed")
+    run = pytester.runpytest_inprocess  # the baseline's judgement and where its tolerance comes from, not a process
+    result = run(*args)
     result.assert_outcomes(failed=1)  # it passed, and copies 10 times slower than in the baseline
     result.stdout.fnmatch_lines(["PASS fake-speed: *", "speed regression against the baseline, beyond 50% slower: "
                                  "fake-speed copy: 100 -> 10 GB/s, best sample 100 -> 11 (9.1x slower)"])
@@ -227,9 +229,9 @@ def test_with_a_baseline_a_speed_figure_slower_beyond_the_tolerance_fails_its_it
         "against the baseline *base.json: 0 regressions, 0 fixes, 0 changed, 0 new, 0 missing, 1 unchanged",
         "  SPEED REGRESSION fake-speed copy: 100 -> 10 GB/s, best sample 100 -> 11 (9.1x slower)",
         "  speed: compared 1 figure present in both runs; 1 regression beyond 50% slower"])
-    run(pytester, *args, "--rocm-speed-tolerance=1000").assert_outcomes(passed=1)  # 9.1x: 809% slower
+    run(*args, "--rocm-speed-tolerance=1000").assert_outcomes(passed=1)  # 9.1x: 809% slower
     pytester.makeini("[pytest]\nrocm_speed_tolerance = 1000\n")
-    run(pytester, *args).assert_outcomes(passed=1)
+    run(*args).assert_outcomes(passed=1)
 
 
 @pytest.mark.children
