@@ -346,7 +346,10 @@ class Run:
 
     def copy(self, sender: Sender, case: Case, pattern: numeric.Pattern, repeat: int, src_np: Any) -> None:
         """One copy by `sender` of the source `src_np` (the pattern for `repeat`), compared bit for bit with it;
-        a copy that differs is checked against the pattern itself, for what is wrong and where."""
+        a copy that differs is checked against the pattern itself, for what is wrong and where. Its progress line
+        names the method in flight: a copy that hangs or raises names it in the verdict's output, also where one
+        variant sends by every method."""
+        self.ctx.progress(f"transfer {sender.method}: {case.label(repeat)}")
         staged = sender.stage(as_tensor_of(src_np, case.dtype), src_np)
         if self.step:
             self.step()

@@ -99,6 +99,23 @@ def test_a_copy_that_writes_into_its_source_fails_though_every_copy_matches_it(m
                                 "1 of 1024 elements differ"), v.message
 
 
+def test_a_copy_that_raises_in_the_every_method_variant_is_named_by_its_last_output_line(monkeypatch, capsys):
+    """One variant sends by nine methods: the error of the one that raised (or hung) names it in the output's
+    last line, which the verdict's evidence keeps."""
+    transfer = probe_module("transfer")
+    send = transfer.Sender.send
+
+    def failing(self, staged, dtype):
+        if self.method == "pinned":
+            raise RuntimeError("HIP error: an illegal memory access was encountered")
+        return send(self, staged, dtype)
+
+    monkeypatch.setattr(transfer.Sender, "send", failing)
+    v = run_inline("transfer", method="every", context="training")
+    assert v.status is Status.ERROR and "illegal memory access" in v.message, v.message
+    assert capsys.readouterr().out.splitlines()[-1] == "transfer pinned: float32 4 KiB contiguous repeat 1"
+
+
 def test_device_to_host_and_device_to_device_copies_fail_under_their_faults(rocm_run):
     """Zeros on reads back to the host, one flipped bit then stale data on copies within the device:
     the d2h and d2d variants fail, each attributed to its own direction; host-to-device methods pass."""
