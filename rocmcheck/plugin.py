@@ -254,6 +254,7 @@ class MatrixPlugin:
 
             self.baseline = load_report(settings.baseline)
             self.baseline_statuses = statuses(self.baseline, str(settings.baseline))
+        self.selected: Optional[List["Variant"]] = None  # the probe items left after -k, -m and --deselect
         self.runner: Optional["Runner"] = None
         self.current: Optional[str] = None  # the variant running now: named if the run is interrupted
         self.report: Optional["Report"] = None
@@ -273,6 +274,12 @@ class MatrixPlugin:
             return None  # the header comes after collection, once the device is resolved
         return (f"rocmcheck: {len(self.variants)} probe variants, run one at a time across xdist workers; "
                 f"device {self.settings.options.device}, isolation {self.settings.options.isolation}")
+
+    @pytest.hookimpl(tryfirst=True)  # before the terminal's, which starts the run (pytest_report_collectionfinish)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """The probe variants this session will run: what its zygote preloads for (`pytest -k device-smoke`
+        imports no transformers for `hf-training`) and what an injected fault must aim at, as in `rocmcheck run`."""
+        self.selected = [item.variant for item in session.items if isinstance(item, ProbeItem)]
 
     def pytest_report_collectionfinish(self, config: pytest.Config, items: List[pytest.Item]) -> Optional[str]:
         if self.is_worker:
@@ -304,7 +311,7 @@ class MatrixPlugin:
         # report, so a run split over two workers is still one run file, not two fragments
         runner = Runner(self.settings.options, outputs=[] if self.is_worker else run_outputs())
         try:
-            runner.start(self.variants)
+            runner.start(self.variants if self.selected is None else self.selected)
         except UsageError as exc:
             runner.close_launcher()
             raise pytest.UsageError(f"rocmcheck: {exc}") from None

@@ -174,7 +174,10 @@ def test_selected_items_alone_run_and_injected_faults_fail_them(project: pytest.
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["CRASH fake-ok[[]1[]]: crashed: SIGSEGV", "--- stack ---", "*in _segv"])
     result.stdout.fnmatch_lines(["wrote *.json, *.md, *.jsonl, *out*m.html"])
-    assert statuses(load_report(only(project.path / "out", "*.json")).to_dict()["verdicts"]) == {"fake-ok[1]": "crash"}
+    report = load_report(only(project.path / "out", "*.json"))
+    assert statuses(report.to_dict()["verdicts"]) == {"fake-ok[1]": "crash"}
+    # the session's server imported what the selected items need, not hf-training's transformers and peft
+    assert set(report.sections["cost"]["imports_s"]) == {"torch", "probes"}, report.sections["cost"]
     page = (project.path / "out" / "m.html").read_text()  # the run's matrix: its one cell, expandable
     assert 'class="cell s-crash" data-variant="fake-ok[1]"' in page and "<summary>CRASH</summary>" in page
     assert "crashed: SIGSEGV" in page
@@ -349,11 +352,13 @@ def test_xdist_mode_that_could_run_probes_concurrently_is_refused(project: pytes
     (["--rocm-html=/"], "", "--rocm-html / is a folder: name a file"),
     (["--rocm-baseline", "missing.json"], "", "*missing.json: cannot read*"),
     (["--rocm-inject", "bogus"], "", "unknown fault 'bogus'*"),
+    (["-k", "device-smoke", "--rocm-inject", "copy-zeros@transfer"], "",  # as `rocmcheck run --probe device-smoke`
+     "fault 'copy-zeros@transfer' is aimed at no probe of this run: 'transfer' matches none of *device-smoke*"),
     (["--rocm-probes-path", "nowhere"], "", "probes path '*nowhere' is not a readable directory"),
     ([], "rocm_speed_tolerance = 0", "ini option rocm_speed_tolerance must be a finite positive number of percent, "
                                      "not '0'"),
 ], ids=["device", "ini-isolation", "timeout", "matrix-on-a-file", "html-on-a-folder", "baseline",
-        "fault", "probes-path", "ini-speed-tolerance"])
+        "fault", "fault-at-a-deselected-probe", "probes-path", "ini-speed-tolerance"])
 def test_bad_settings_are_one_line_usage_errors(pytester: pytest.Pytester, args, ini, message) -> None:
     if ini:
         pytester.makeini(f"[pytest]\n{ini}\n")
