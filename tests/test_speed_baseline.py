@@ -108,22 +108,26 @@ def test_beside_the_host_there_are_fewer_false_alarms_than_by_the_figures_alone_
 @pytest.mark.children
 def test_a_2x_slowdown_of_each_figure_on_a_simulated_gpu_is_a_regression_and_only_its_own(tmp_path, capsys):
     """Each fault that slows figures twice (host copies, products, memory work) against a healthy
-    baseline: `rocmcheck diff` names exactly the figures it slows, each about 2x beside the host."""
+    baseline: `rocmcheck diff` names every figure it slows 2x, each about 2x beside the host, and none it
+    does not slow."""
     def run(name, faults=""):
         main(["run", "--probe", "pcie-link", "--probe", "speed", "--inject", "simgpu:1" + faults,
               "--out-dir", str(tmp_path), "--json", str(tmp_path / name)])
         return str(tmp_path / name)
 
     base = run("base.json")
-    slowed = {",simgpu-slow-copy:2": COPIES | {"device-memory-triad"},  # the triad's CPU fallback copies via the host
-              ",simgpu-slow-matmul:0:2": {"matmul-fp32", "matmul-bf16"},
-              ",simgpu-slow-memory:0:2": {"device-memory-copy", "device-memory-triad"}}
-    for faults, figures in slowed.items():
+    # (what the fault slows 2x, what it slows in part): a simulated GPU's triad runs through torch's CPU fallback,
+    # whose copies via the host a slow copy slows, but not its arithmetic: 78-100% slower on a loaded machine here,
+    # and at times below the tolerance, as a fault of part of a figure's work may
+    slowed = {",simgpu-slow-copy:2": (COPIES, {"device-memory-triad"}),
+              ",simgpu-slow-matmul:0:2": ({"matmul-fp32", "matmul-bf16"}, set()),
+              ",simgpu-slow-memory:0:2": ({"device-memory-copy", "device-memory-triad"}, set())}
+    for faults, (figures, in_part) in slowed.items():
         now = run(f"{faults[1:]}.json", faults)
         capsys.readouterr()
         assert main(["diff", base, now, "--json", str(tmp_path / "diff.json")]) == 1
         regressions = json.loads((tmp_path / "diff.json").read_text())["speed"]["regressions"]
-        assert {r["figure"] for r in regressions} == figures, (faults, capsys.readouterr().out)
+        assert figures <= {r["figure"] for r in regressions} <= figures | in_part, (faults, capsys.readouterr().out)
         # caught beside the host: the weakest 2x reading seen was 58% (h2d-strided, a loaded CI run), 73-220% else
         assert all(r["slower_pct"] > SPEED_TOLERANCE_PCT and r["host_slower_pct"] is not None
                    for r in regressions), regressions
