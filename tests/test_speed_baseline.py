@@ -106,7 +106,8 @@ def test_beside_the_host_there_are_fewer_false_alarms_than_by_the_figures_alone_
 
 
 def judged_by_statistic(baseline: str, current: str, figures: set) -> list:
-    """How each of `figures` was judged, with each statistic's slowdown: what a missed regression fell short by."""
+    """How each of `figures` was judged, with each statistic's slowdown: what a missed regression fell short
+    by, or what a figure the fault does not slow read as."""
     from rocmcheck.outputs.diff import compare_speed, figures_of, judged_times
     from rocmcheck.outputs.storage import load_report
 
@@ -141,7 +142,8 @@ def test_a_2x_slowdown_of_each_figure_on_a_simulated_gpu_is_a_regression_and_onl
         assert main(["diff", base, now, "--json", str(tmp_path / "diff.json")]) == 1
         regressions = json.loads((tmp_path / "diff.json").read_text())["speed"]["regressions"]
         named = {r["figure"] for r in regressions}
-        assert figures <= named <= figures | in_part, (faults, judged_by_statistic(base, now, figures - named))
+        misjudged = (figures - named) | (named - figures - in_part)
+        assert not misjudged, (faults, judged_by_statistic(base, now, misjudged))
         # caught beside the host: the weakest 2x reading seen was 58% (h2d-strided, a loaded CI run), 73-220% else
         assert all(r["slower_pct"] > SPEED_TOLERANCE_PCT and r["host_slower_pct"] is not None
                    for r in regressions), regressions
