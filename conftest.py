@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import pytest
 from hypothesis import settings
@@ -149,8 +150,63 @@ _started: List[str] = []
 def pytest_runtest_protocol(item):
     _current[:] = [item]
     _started.clear()
-    yield
+    with MachineShare.of(item.config).hold(alone=item.get_closest_marker("alone") is not None):
+        yield
     _current.clear()
+
+
+# --- tests that time work run alone -----------------------------------------------------------------------------
+#
+# `alone` marks a test that judges speed measured live: a simulated GPU computes on the host's CPU, and beside
+# another pytest-xdist worker's test its figures swing with what that test does to the cores and caches they share
+# (a healthy simulated GPU's bf16 product read 68% slower against its baseline beside the host's same work; of two
+# healthy simulated GPUs under sustained load, one read 70% of the other in every window). Timing needs a quiet
+# machine, as pytest-benchmark's own runs do (it turns itself off under xdist): such a test waits for the tests
+# running now to end, and the next ones wait for it.
+
+
+class MachineShare:
+    """The lock pytest-xdist's workers share: each test holds it shared, from its first fixture's setup to its
+    last one's teardown (a module's shared fixture counts), a test marked `alone` exclusively. A waiting `alone`
+    test goes before any test that starts later: it holds the `gate` while it waits, which each test passes
+    through first (flock alone lets a stream of shared holders keep an exclusive one waiting)."""
+
+    made: Dict[str, "MachineShare"] = {}
+
+    def __init__(self, folder: Optional[Path]):
+        self.files = None
+        if folder is not None and sys.platform != "win32":  # without xdist (or on Windows) no test runs beside
+            folder.mkdir(parents=True, exist_ok=True)
+            self.files = (open(folder / "alone.gate", "a"), open(folder / "alone.lock", "a"))
+
+    @classmethod
+    def of(cls, config: pytest.Config) -> "MachineShare":
+        workerinput = getattr(config, "workerinput", None)
+        uid = workerinput["testrunuid"] if workerinput else ""
+        if uid not in cls.made:  # the session's lock files: beside the base folders xdist gives its workers
+            cls.made[uid] = cls(Path(config.getoption("basetemp")).parent / f"alone-{uid}" if uid else None)
+        return cls.made[uid]
+
+    @contextlib.contextmanager
+    def hold(self, alone: bool) -> Iterator[None]:
+        if self.files is None:
+            yield
+            return
+        import fcntl
+
+        gate, lock = self.files
+        fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session", autouse=True)

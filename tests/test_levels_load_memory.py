@@ -82,6 +82,7 @@ DEVICE_FAULTS = textwrap.dedent('''
 
 
 @pytest.mark.children
+@pytest.mark.alone
 def test_a_stuck_bit_sits_at_one_device_address_and_a_sagging_gpu_slows_only_under_sustained_load(simgpu_built):
     run_ok_script(DEVICE_FAULTS)
 
@@ -214,6 +215,7 @@ def test_gate_level_2_runs_the_gate_with_the_level_2_variants():
 
 
 @pytest.mark.children
+@pytest.mark.alone
 def test_level_2_names_the_gpu_with_a_stuck_bit_and_the_gpu_that_sags_in_the_node_verdict_and_metrics(
         tmp_path, capsys, simgpu_built):
     prom = tmp_path / "node.prom"
@@ -237,6 +239,7 @@ def test_level_2_names_the_gpu_with_a_stuck_bit_and_the_gpu_that_sags_in_the_nod
 
 
 @pytest.mark.children
+@pytest.mark.alone
 def test_level_2_is_clean_on_healthy_simulated_gpus(tmp_path, capsys, simgpu_built):
     code = main(["gate", "--level", "2", "--duration", "12", "--require", "gpu-memory", "--require", "sustained-load",
                  "--inject", "simgpu:2", "--out-dir", str(tmp_path), "--json", "-"])
@@ -245,6 +248,7 @@ def test_level_2_is_clean_on_healthy_simulated_gpus(tmp_path, capsys, simgpu_bui
 
 
 @pytest.mark.children
+@pytest.mark.alone
 def test_a_simulated_gpu_that_reports_a_critical_temperature_under_load_fails(tmp_path, capsys, simgpu_built,
                                                                                 monkeypatch):
     root = tmp_path / "host"

@@ -248,6 +248,7 @@ def test_slow_matmul_takes_a_gpu_index_and_a_factor(arg, ok):
 
 
 @pytest.mark.children
+@pytest.mark.alone
 @pytest.mark.parametrize("slow_gpu, code, status", [(None, 0, "GO"), ("nogo", 1, "NO-GO")])
 def test_the_gate_names_the_slowed_simulated_gpu(tmp_path, capsys, slow_gpu, code, status):
     """`gate --inject simgpu:2,simgpu-slow-matmul:1`: GPU 1's products run 3x as slow; its speed
