@@ -34,7 +34,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import rocmcheck
 from rocmcheck import torchapi
@@ -95,36 +95,52 @@ def best_dtype(ctx: rocmcheck.ProbeContext) -> str:
     return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
 
 
-def load(ctx: rocmcheck.ProbeContext, deadline: float) -> List[float]:
-    """Products until `deadline`, timed in windows: each window's TFLOPS, in order, the first left out."""
+def load(ctx: rocmcheck.ProbeContext, deadline: float) -> Tuple[List[float], List[float]]:
+    """Products until `deadline`, timed in windows: each window's TFLOPS, in order, the first left out;
+    on a simulated GPU also the host's same products on host tensors, timed by the same clock right
+    after each window (its TFLOPS: the speed of the core this GPU's process ran on, at that moment),
+    else no host rates."""
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[best_dtype(ctx)]
     n = N["gpu" if ctx.gpu_sized else "cpu"]
     a, b = (torch.randn(n, n, device=ctx.device, dtype=dtype) for _ in range(2))
     out = torch.empty(n, n, device=ctx.device, dtype=dtype)
+    host = (a.cpu(), b.cpu(), out.cpu()) if ctx.simulated else None
     clock = torchapi.clock(ctx.device)
-    per_window, rates = 1, []
+    per_window, rates, host_rates = 1, [], []
     clock.seconds(lambda: torch.mm(a, b, out=out))  # warm-up: kernel selection
     while time.time() < deadline:
         began = time.time()
         seconds = clock.seconds(lambda: [torch.mm(a, b, out=out) for _ in range(per_window)])
         rates.append(2 * n ** 3 * per_window / max(seconds, 1e-9) / 1e12)
+        if host is not None:
+            ha, hb, hout = host
+            seconds = clock.seconds(lambda: [torch.mm(ha, hb, out=hout) for _ in range(per_window)])
+            host_rates.append(2 * n ** 3 * per_window / max(seconds, 1e-9) / 1e12)
         wall = time.time() - began
         per_window = max(1, round(per_window * WINDOW_S / max(wall, 1e-6)))
-    return rates[1:]  # the first window sized the others (one product): clocks ramp up in it
+    return rates[1:], host_rates[1:]  # the first window sized the others (one product): clocks ramp up in it
 
 
-def judge(rates: List[float], telemetry: Telemetry) -> List[str]:
-    """What failed under load (see the module): a sag in throughput, a bad throttle reason, a
-    temperature at its critical limit."""
+def judge(rates: List[float], telemetry: Telemetry, host_rates: Sequence[float] = ()) -> List[str]:
+    """What failed under load (see the module): a sag in throughput (with the host's rates, in each
+    window's share of the host's same products: a sag of the device's, not of the core it shares),
+    a bad throttle reason, a temperature at its critical limit."""
     problems = []
-    if len(rates) >= 6:
-        half, quarter = len(rates) // 2, max(1, len(rates) // 4)
-        early = max(statistics.median(rates[i:i + 3]) for i in range(half - 2)) if half >= 3 else rates[0]
-        late = statistics.median(rates[-quarter:])
+    paced = [r / h if h > 0 else 0.0 for r, h in zip(rates, host_rates)] if host_rates else list(rates)
+
+    def said(x: float, unit: bool = True) -> str:
+        return f"{x:.0%} of the host's same products" if host_rates else f"{x:.4g}{' TFLOPS' if unit else ''}"
+
+    if len(paced) >= 6:
+        half, quarter = len(paced) // 2, max(1, len(paced) // 4)
+        early = max(statistics.median(paced[i:i + 3]) for i in range(half - 2)) if half >= 3 else paced[0]
+        late = statistics.median(paced[-quarter:])
         if late < SAG_FRACTION * early:
-            problems.append(f"throughput sagged under load: {early:.4g} TFLOPS at best in the first half (3 windows' "
-                            f"median), {late:.4g} in the last {quarter} windows ({late / early:.0%}; below "
+            problems.append(f"throughput sagged under load: {said(early)} at best in the first half (3 windows' "
+                            f"median), {said(late, unit=False)} in the last {quarter} windows ({late / early:.0%}; below "
                             f"{SAG_FRACTION:.0%})")
+
+
     throttled = {r: sum(r in s.throttle for s in telemetry.samples) for r in BAD_THROTTLE}
     problems += [f"throttle reason {r} active under load in {n} of {len(telemetry.samples)} samples"
                  for r, n in throttled.items() if n]
@@ -158,20 +174,22 @@ def sustained_load(ctx: rocmcheck.ProbeContext, level: int) -> None:
     dtype = best_dtype(ctx)
     ctx.progress(f"sustained-load: {dtype} products for {budget:.0f} s")
     try:
-        rates = load(ctx, ctx.started + budget)
+        rates, host_rates = load(ctx, ctx.started + budget)
     finally:
         telemetry.stop.set()
         sampler.join(nodehealth.SMI_TIMEOUT_S)
     after = nodehealth.of_device(ctx.device_facts, ctx.device) if ctx.on_gpu else None
     n = N["gpu" if ctx.gpu_sized else "cpu"]
-    second_half = rates[len(rates) // 2:] or rates
-    ctx.measure_speed(f"matmul-{dtype}", "TFLOPS", [float(f"{r:.4g}") for r in second_half],
+    second = slice(len(rates) // 2 if len(rates) > 1 else 0, None)
+    beside = ", each followed by the same on host tensors" if host_rates else ""
+    ctx.measure_speed(f"matmul-{dtype}", "TFLOPS", [float(f"{r:.4g}") for r in rates[second]],
                       f"{'device events' if ctx.on_gpu else 'thread CPU time'}, windows of ~{WINDOW_S:g} s of "
-                      f"torch.mm {n}x{n}x{n} {dtype}, the second half of {budget:.0f} s of sustained load")
+                      f"torch.mm {n}x{n}x{n} {dtype}{beside}, the second half of {budget:.0f} s of sustained load",
+                      host_samples=[float(f"{r:.4g}") for r in host_rates[second]])
     ctx.measure(level=level, budget_s=round(budget, 3), elapsed_s=round(time.time() - ctx.started, 3),
                 windows=len(rates), tflops_first=rates[:3], tflops_last=rates[-3:], telemetry=telemetry.summary(),
                 ecc=nodehealth.error_counts_change(before, after) if ctx.on_gpu else "the CPU has no GPU counters")
-    problems = judge(rates, telemetry)
+    problems = judge(rates, telemetry, host_rates)
     if problems:
         ctx.measure(action=f"drain the node; check {ctx.device}'s cooling, power and clocks under load "
                            "(rocm-smi / nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER)")

@@ -60,11 +60,15 @@ DEVICE_FAULTS = textwrap.dedent('''
     assert int((z != 255).sum()) == 0  # removed
 
     def pace(gpu, seconds):
+        """Each window's time over the host's same products right after it, by the device's clock: the core's
+        own speed divided out (a healthy GPU read 1.48x slower late than early on a quiet 2-core VM without it)."""
         a = torch.randn(128, 128, device=f"simgpu:{gpu}")
+        h = a.cpu()
         start, end = torch.Event(device=a.device, enable_timing=True), torch.Event(device=a.device, enable_timing=True)
         times, began = [], time.time()
         while time.time() - began < seconds:
-            start.record(); [a @ a for _ in range(20)]; end.record(); times.append(start.elapsed_time(end))
+            start.record(); [a @ a for _ in range(20)]; end.record(); device = start.elapsed_time(end)
+            start.record(); [h @ h for _ in range(20)]; end.record(); times.append(device / start.elapsed_time(end))
         return times
     simgpu.set_sag(1, 0.6, 3)
     for gpu in (0, 1):
@@ -175,6 +179,17 @@ def test_sustained_load_judges_throughput_throttling_and_temperature():
     capped = smi(lambda t: t.replace("<clocks_event_reason_sw_power_cap>Not Active",
                                      "<clocks_event_reason_sw_power_cap>Active"))
     assert capped.throttle == ["sw_power_cap"] and load.judge(steady, samples(capped)) == []  # the cap as designed
+
+
+def test_on_a_simulated_gpu_a_sag_is_judged_beside_the_hosts_same_products():
+    """A simulated GPU's windows with the host's same products timed after each: the core they share slowing
+    both is no sag; the device alone slowing is one, said in shares of the host's."""
+    load = probe_module("load")
+    device = [100.0, 99.0, 101.0, 70.0, 50.0, 40.0, 41.0, 40.0]
+    assert load.judge(device, samples(smi()), host_rates=[r * 1.1 for r in device]) == []  # the core slowed
+    (sag,) = load.judge(device, samples(smi()), host_rates=[110.0] * 8)
+    assert sag.startswith("throughput sagged under load: 91% of the host's same products at best"), sag
+    assert "37% of the host's same products in the last 2 windows (40%" in sag
 
 
 def test_a_temperature_at_its_critical_limit_under_load_fails(tmp_path):

@@ -10,21 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from conftest import MachineShare
+
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="no flock: under xdist on Windows tests run beside")
-
-
-def machine_share() -> type:
-    """conftest.py's class, from the module pytest loaded (its import mode names it as it likes)."""
-    root = Path(__file__).resolve().parent.parent / "conftest.py"
-    (module,) = [m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(root)]
-    return module.MachineShare
 
 
 class Worker:
     """One worker's test in a thread: holds the share, alone or not, until told to end; says when it started."""
 
     def __init__(self, folder: Path, alone: bool, events: list, name: str):
-        self.share, self.alone, self.events, self.name = machine_share()(folder), alone, events, name
+        self.share, self.alone, self.events, self.name = MachineShare(folder), alone, events, name
         self.end = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
@@ -69,6 +64,6 @@ def test_tests_run_beside_each_other_but_an_alone_test_waits_for_them_and_goes_b
 
 
 def test_without_xdist_there_is_no_lock():
-    share = machine_share()(None)
+    share = MachineShare(None)
     with share.hold(alone=True), share.hold(alone=True):  # would wait on itself with a lock
         pass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -200,6 +201,26 @@ def test_with_two_gpus_the_slower_is_held_against_the_faster():
                             "below 80% in every sample)")
     assert speed_figures(slow)["matmul-fp32"].reference == "node: the faster of 2 AMD Instinct MI300X"
     assert "action" not in slow.measurements
+
+
+def test_simulated_gpus_are_held_against_each_other_beside_the_hosts_same_work():
+    """Each GPU's samples over its host work's timed beside them: a core slower for one GPU's process slows its host
+    work too (not named), a GPU slower than its host work is (named, saying how it was compared)."""
+    def timed(index, samples, host):
+        v = verdict(gpu(index, "simulated GPU"), matmul_fp32=samples)
+        figure = speed_figures(v)["matmul-fp32"]
+        v.measurements["speed"]["matmul-fp32"] = replace(figure, host_samples=host).to_dict()
+        return v
+
+    assert speed.judge_node([timed(0, [58, 57, 59], [100, 98, 101]), timed(1, [100, 99, 101], [172, 170, 174])]) == []
+    slow = timed(1, [58, 57, 59], [100, 98, 101])
+    (found,) = speed.judge_node([timed(0, [100, 99, 101], [100, 98, 101]), slow])
+    assert (found["gpu"], found["reference"]) == (1, 100)
+    assert slow.message.endswith("matmul-fp32 58 TFLOPS is 58% of the faster of 2 simulated GPU (100 TFLOPS; "
+                                 "below 80% in every sample, each beside its host's same work)"), slow.message
+    # one GPU without the host's samples: each compared as measured
+    assert speed.judge_node([timed(0, [58, 57, 59], [100, 98, 101]), verdict(gpu(1, "simulated GPU"),
+                                                                            matmul_fp32=[100, 99, 101])])
 
 
 def test_with_more_gpus_the_median_and_nogo_fails_with_an_action():

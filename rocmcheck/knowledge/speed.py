@@ -32,7 +32,12 @@ The fractions, and why:
   named only when every sample of its figure, its best one too, is below 0.8 of the median: a
   slow GPU is slow every time, while one slow sample is a shared machine's noise (simulated GPUs
   share the host's cores and memory bus: their fastest samples moved by up to 21% between two
-  healthy runs, tests/data/speed_noise.json).
+  healthy runs, tests/data/speed_noise.json). Where the host did every GPU's work (simulated
+  GPUs) and timed its own same work beside each sample (`SpeedFigure.host_samples`), each sample
+  is held as a share of that host work's rate: each GPU's process computes on a core of its own,
+  whose speed the host's other work moves (of two healthy simulated GPUs under sustained load on a
+  2-core machine, one read 58% of the other in every window, with no other test running), and
+  its host work, timed on the same core at the same moment, moves with it.
 """
 from __future__ import annotations
 
@@ -226,6 +231,8 @@ class Slow:
     figure: SpeedFigure
     reference: float  # the peers' figure it was held against
     basis: str  # "the faster of 2 <model>", "the median of 8 <model>"
+    share: float  # its figure's share of the reference, as compared (`node_pace`)
+    beside_host: bool = False  # compared as shares of the host's same work (simulated GPUs)
 
     @property
     def key(self) -> Tuple[str, int, str]:
@@ -235,7 +242,8 @@ class Slow:
 
 def slow_figures(verdicts: List[Verdict]) -> List[Slow]:
     """Each figure of a GPU below `NODE_FRACTION` of the node's median among the GPUs of its model
-    that ran the same probe variant (the faster one's, with two), in every sample. Judges nothing."""
+    that ran the same probe variant (the faster one's, with two), in every sample; beside the host's
+    same work where every GPU's figure was timed beside it (`node_pace`). Judges nothing."""
     groups: Dict[Tuple[str, str], List[Verdict]] = {}
     for v in verdicts:
         device = v.device or {}
@@ -247,14 +255,29 @@ def slow_figures(verdicts: List[Verdict]) -> List[Slow]:
             continue
         figures = {id(v): speed_figures(v) for v in members}
         for name in sorted(set.intersection(*(set(f) for f in figures.values()))):
-            values = [figures[id(v)][name].value for v in members]
-            basis = "the faster" if len(values) == 2 else "the median"
-            reference = max(values) if len(values) == 2 else statistics.median(values)
-            for v in members:
-                figure = figures[id(v)][name]
-                if max(figure.samples) < NODE_FRACTION * reference:
-                    found.append(Slow(v, figure, reference, f"{basis} of {len(values)} {model}"))
+            held = [figures[id(v)][name] for v in members]
+            beside = all(f.host_samples and len(f.host_samples) == len(f.samples) for f in held)
+            paces = [node_pace(f, beside) for f in held]
+            basis = f"{'the faster' if len(held) == 2 else 'the median'} of {len(held)} {model}"
+            reference = _peers([statistics.median(pace) for pace in paces])
+            for v, figure, pace in zip(members, held, paces):
+                if max(pace) < NODE_FRACTION * reference:
+                    found.append(Slow(v, figure, _peers([f.value for f in held]), basis,
+                                      statistics.median(pace) / reference, beside))
     return found
+
+
+def _peers(values: List[float]) -> float:
+    """What a GPU's figure is held against: the faster of two, the median of more."""
+    return max(values) if len(values) == 2 else statistics.median(values)
+
+
+def node_pace(figure: SpeedFigure, beside_host: bool) -> List[float]:
+    """A figure's samples as the node compares them: each over the rate of the host's same work
+    timed right after it where `beside_host` (every GPU's figure has those), else as measured."""
+    if not beside_host:
+        return list(figure.samples)
+    return [rate / host if host > 0 else 0.0 for rate, host in zip(figure.samples, figure.host_samples)]
 
 
 def judge_node(verdicts: List[Verdict], nogo: bool = False,
@@ -271,9 +294,10 @@ def _mark(slow: Slow, nogo: bool) -> Dict[str, Any]:
     device = verdict.device
     where = ", ".join(str(w) for w in (device.get("name"), device.get("pci_address")) if w)
     gpu = f"GPU {device['index']} ({where})"
+    beside = ", each beside its host's same work" if slow.beside_host else ""
     text = (f"{gpu} is slower than the node's other GPUs of its model: {figure.name} {_number(figure.value)} "
-            f"{figure.unit} is {figure.value / reference:.0%} of {slow.basis} ({_number(reference)} {figure.unit}; "
-            f"below {NODE_FRACTION:.0%} in every sample)")
+            f"{figure.unit} is {slow.share:.0%} of {slow.basis} ({_number(reference)} {figure.unit}; "
+            f"below {NODE_FRACTION:.0%} in every sample{beside})")
     _store(verdict, figure, reference, f"node: {slow.basis}")
     _flag(verdict, text, Status.FAIL if nogo else Status.WARN)
     if nogo:
