@@ -137,10 +137,8 @@ def judge(rates: List[float], telemetry: Telemetry, host_rates: Sequence[float] 
         late = statistics.median(paced[-quarter:])
         if late < SAG_FRACTION * early:
             problems.append(f"throughput sagged under load: {said(early)} at best in the first half (3 windows' "
-                            f"median), {said(late, unit=False)} in the last {quarter} windows ({late / early:.0%}; below "
-                            f"{SAG_FRACTION:.0%})")
-
-
+                            f"median), {said(late, unit=False)} in the last {quarter} windows "
+                            f"({late / early:.0%}; below {SAG_FRACTION:.0%})")
     throttled = {r: sum(r in s.throttle for s in telemetry.samples) for r in BAD_THROTTLE}
     problems += [f"throttle reason {r} active under load in {n} of {len(telemetry.samples)} samples"
                  for r, n in throttled.items() if n]
