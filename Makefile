@@ -25,8 +25,11 @@ TORCH_NO_GPU_INDEX ?=
 PYTEST_ARGS ?=
 # pytest-xdist workers; loadscope keeps each module's shared fixtures (a venv, a recorded run) in one worker.
 # --max-worker-restart=0: a worker that dies ends the run at once, naming its test (with loadscope, a
-# replaced worker was seen to leave the run waiting forever)
-PYTEST_WORKERS ?= 2
+# replaced worker was seen to leave the run waiting forever). 3 on the project's 2-core machine: many tests
+# wait on their children (hangs to their timeout, kills, installs), and a third worker fills those waits;
+# pytest took 790 s and 800 s with 3 (two fresh-clone runs, 2026-11-28), 916 s and 932 s with 2 the same
+# day. Tests that time work run alone whatever the count (`alone`, conftest.MachineShare).
+PYTEST_WORKERS ?= 3
 BIN := $(VENV)/bin
 
 PYTEST_FAST_WORKERS ?= 2
