@@ -162,7 +162,8 @@ def pytest_runtest_protocol(item):
 # (a healthy simulated GPU's bf16 product read 68% slower against its baseline beside the host's same work; of two
 # healthy simulated GPUs under sustained load, one read 70% of the other in every window). Timing needs a quiet
 # machine, as pytest-benchmark's own runs do (it turns itself off under xdist): such a test waits for the tests
-# running now to end, and the next ones wait for it.
+# running now to end, and the next ones wait for it. What the VM's neighbours do to a core no lock stops: for that
+# the simulated GPUs' judgements hold each sample against the host's same work timed beside it.
 
 
 class MachineShare:

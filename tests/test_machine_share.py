@@ -28,7 +28,7 @@ class Worker:
         with self.share.hold(alone=self.alone):
             self.events.append(f"{self.name} started")
             self.end.wait(10)
-        self.events.append(f"{self.name} ended")
+            self.events.append(f"{self.name} ended")  # before it lets go
 
     def finish(self) -> None:
         self.end.set()
@@ -40,11 +40,18 @@ def settle() -> None:
     time.sleep(0.3)  # long enough for a thread that could take the lock to have taken it
 
 
+def until(happened) -> bool:
+    """Whether `happened()` came true within 10 s (a loaded machine may schedule a thread late)."""
+    deadline = time.monotonic() + 10
+    while not happened() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return happened()
+
+
 def test_tests_run_beside_each_other_but_an_alone_test_waits_for_them_and_goes_before_later_ones(tmp_path):
     events: list = []
     first, second = Worker(tmp_path, False, events, "a"), Worker(tmp_path, False, events, "b")
-    settle()
-    assert events == ["a started", "b started"]  # ordinary tests share the machine
+    assert until(lambda: sorted(events) == ["a started", "b started"])  # ordinary tests share the machine
     quiet = Worker(tmp_path, True, events, "quiet")
     settle()
     assert "quiet started" not in events  # two tests are running
@@ -55,10 +62,11 @@ def test_tests_run_beside_each_other_but_an_alone_test_waits_for_them_and_goes_b
     settle()
     assert "quiet started" not in events  # one is still running
     second.finish()
+    assert until(lambda: "quiet started" in events)
     settle()
     assert events[-1] == "quiet started" and "later started" not in events  # alone: nothing beside it
     quiet.finish()
-    settle()
+    assert until(lambda: "later started" in events)
     assert events[-2:] == ["quiet ended", "later started"]
     later.finish()
 
