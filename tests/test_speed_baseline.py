@@ -24,7 +24,7 @@ spec = importlib.util.spec_from_file_location("speed_noise", ROOT / "scripts" / 
 speed_noise = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(speed_noise)
 TABLE = json.loads(speed_noise.TABLE.read_text())
-COPIES = {"h2d-pageable", "d2h-pageable", "h2d-pinned", "d2h-pinned", "h2d-strided"}
+COPIES = speed_noise.COPIES
 ON_THE_CPU = {"h2d-pageable", "d2h-pageable", "matmul-fp32", "device-memory-copy", "device-memory-triad"}
 ON_A_SIMULATED_GPU = COPIES | ON_THE_CPU | {"matmul-bf16"}  # bf16 is left out on the CPU itself (probes/speed.py)
 
@@ -119,15 +119,23 @@ def test_beside_the_host_there_are_fewer_false_alarms_than_by_the_figures_alone_
 
 
 def judged_by_statistic(baseline: str, current: str, figures: set) -> list:
-    """How each of `figures` was judged, with each statistic's slowdown: what a missed regression fell short
-    by, or what a figure the fault does not slow read as."""
-    from rocmcheck.outputs.diff import compare_speed, figures_of, judged_times
+    """How each of `figures` was judged, with the judged statistic's slowdown and, for a figure with the host's
+    samples, the fastest sample's over the host's fastest: what a missed regression fell short by, or what a
+    figure the fault does not slow read as."""
+    from rocmcheck.outputs.diff import compare_speed, figures_of, judged_time, times
     from rocmcheck.outputs.storage import load_report
+
+    def readings(base, now):
+        statistic, now_time, base_time = judged_time(base, now)
+        read = [f"{statistic} {now_time / base_time - 1:+.0%}"]
+        if base.host_samples and now.host_samples:
+            fastest = [times(f.samples).min / times(f.host_samples).min for f in (now, base)]
+            read.append(f"fastest over the host's fastest {fastest[0] / fastest[1] - 1:+.0%}")
+        return read
 
     base, now = load_report(baseline).verdicts, load_report(current).verdicts
     before, after = figures_of(base), figures_of(now)
-    return [(change.text(), [f"{statistic} {now_time / base_time - 1:+.0%}" for statistic, now_time, base_time
-                             in judged_times(before[key][0], after[key][0])])
+    return [(change.text(), readings(before[key][0], after[key][0]))
             for change in compare_speed(base, now, SPEED_TOLERANCE_PCT).changes if change.figure in figures
             for key in [(change.variant, change.gpu, change.figure)]]
 
@@ -138,31 +146,20 @@ def test_a_2x_slowdown_of_each_figure_on_a_simulated_gpu_is_a_regression_and_onl
                                                                                          simgpu1_pair):
     """Each fault that slows figures twice (host copies, products, memory work) against a healthy
     baseline: `rocmcheck diff` names every figure it slows 2x, each about 2x beside the host, and none it
-    does not slow. The baseline is the healthy pair's first run."""
-    def run(name, faults):
-        main(["run", "--probe", "pcie-link", "--probe", "speed", "--inject", "simgpu:1" + faults,
-              "--out-dir", str(tmp_path), "--json", str(tmp_path / name)])
-        return str(tmp_path / name)
-
+    does not slow (`scripts/speed_noise.py --drills` measures the same many times). The baseline is the healthy
+    pair's first run."""
     base = str(simgpu1_pair[0])
-    assert speed_noise.run_args("simgpu1", tmp_path, Path(base))[:-4] == \
-        ["run", "--probe", "pcie-link", "--probe", "speed", "--inject", "simgpu:1"]  # the runs below, less the fault
-    # (what the fault slows 2x, what it slows in part): a simulated GPU's triad runs through torch's CPU fallback,
-    # whose copies via the host a slow copy slows, but not its arithmetic: 78-100% slower on a loaded machine here,
-    # and at times below the tolerance, as a fault of part of a figure's work may
-    # (the copies' and the products' faults in one run: each slows figures the other leaves alone)
-    slowed = {",simgpu-slow-copy:2,simgpu-slow-matmul:0:2": (COPIES | {"matmul-fp32", "matmul-bf16"},
-                                                            {"device-memory-triad"}),
-              ",simgpu-slow-memory:0:2": ({"device-memory-copy", "device-memory-triad"}, set())}
-    for faults, (figures, in_part) in slowed.items():
-        now = run(f"{faults[1:]}.json", faults)
+    for faults, (figures, in_part) in speed_noise.DRILLS.items():
+        now = str(tmp_path / f"{faults[1:]}.json")
+        main(speed_noise.run_args("simgpu1", tmp_path, Path(now), faults))
         capsys.readouterr()
         assert main(["diff", base, now, "--json", str(tmp_path / "diff.json")]) == 1
         regressions = json.loads((tmp_path / "diff.json").read_text())["speed"]["regressions"]
         named = {r["figure"] for r in regressions}
         misjudged = (figures - named) | (named - figures - in_part)
         assert not misjudged, (faults, judged_by_statistic(base, now, misjudged))
-        # caught beside the host: the weakest 2x reading seen was 58% (h2d-strided, a loaded CI run), 73-220% else
+        # caught beside the host: over 12 rounds of `speed_noise.py --drills` on a 2-core machine (4 beside two
+        # memory-copying processes) the weakest 2x reading was 72%, the strongest of a figure not slowed 20%
         assert all(r["slower_pct"] > SPEED_TOLERANCE_PCT and r["host_slower_pct"] is not None
                    for r in regressions), regressions
 

@@ -24,14 +24,14 @@ its figures, and a busy host slows a whole run, its fastest sample too: two heal
 loaded 2-core machine gave h2d-strided 7.28 then 4.19 GB/s (issue 40). Its probes therefore time
 the same work done by the host alone right after each sample (`SpeedFigure.host_samples`), and
 where both runs hold those, the figure is compared by its time over the host's same work
-(`judged_times`: the fastest over the fastest, and the median of each sample's over the host's
-right after it; a regression is slower by both): a busier host divides out, a device path twice
-as slow doubles it (the faults `simgpu-slow-copy`, `-slow-matmul`, `-slow-memory` at 2 read 73% to
-2.1x slower), and a 2x slowdown that a faster host had hidden (the raw figure 35% slower) is
-caught. A real GPU's events time its own work and the CPU's figures are the host's: both are
-judged by their fastest samples alone. A speed regression fails the diff as a status regression
-does; the front-ends' default tolerance, `engine.options.SPEED_TOLERANCE_PCT`,
-comes from the run-to-run noise measured on a loaded machine (its comment gives the numbers).
+(`judged_time`: the median of each sample's time over the host's right after it): a busier host
+divides out, a device path twice as slow doubles it (the faults `simgpu-slow-copy`,
+`-slow-matmul`, `-slow-memory` at 2 read 72% slower or more: `scripts/speed_noise.py --drills`),
+and a 2x slowdown that a faster host had hidden (the raw figure 35% slower) is caught. A real
+GPU's events time its own work and the CPU's figures are the host's: both are judged by their
+fastest samples alone. A speed regression fails the diff as a status regression does; the
+front-ends' default tolerance, `engine.options.SPEED_TOLERANCE_PCT`, comes from the run-to-run
+noise measured on a loaded machine (its comment gives the numbers).
 
 Exit 0 without regressions, 1 with any, 2 for unreadable or foreign input.
 """
@@ -95,8 +95,8 @@ FigureKey = Tuple[str, Optional[int], str]  # (variant, GPU index or None on the
 
 @dataclass(frozen=True)
 class SpeedChange:
-    """One speed figure held by both runs, on the same GPU model: both figures (their medians), the
-    fastest samples judged, and the verdict."""
+    """One speed figure held by both runs, on the same GPU model: both figures (their medians), their
+    fastest samples, how much slower as judged, and the verdict."""
 
     variant: str
     gpu: Optional[int]
@@ -104,11 +104,11 @@ class SpeedChange:
     unit: str
     baseline: float  # the figure's value: its median
     current: float
-    baseline_best: float  # its fastest sample: what is judged
+    baseline_best: float  # its fastest sample: what is judged where no host work was timed beside it
     current_best: float
     slower_pct: float  # how much longer the fastest sample takes now (negative: faster), pytest-benchmark's;
-    # beside the host where both runs timed the host's own work: how much longer relative to it, the
-    # smaller of `judged_times`' two (what is judged)
+    # beside the host where both runs timed the host's own work: how much longer its median sample takes
+    # relative to the host's same work (`judged_time`: what is judged)
     regression: bool
     host_slower_pct: Optional[float] = None  # how much longer the host's fastest same work took now, or None
 
@@ -209,21 +209,20 @@ def beside_the_host(figure: SpeedFigure) -> Any:
     return stats
 
 
-def judged_times(base: SpeedFigure, cur: SpeedFigure) -> List[Tuple[str, float, float]]:
-    """What is compared, each as (the statistic, its value now, in the baseline); a regression is
-    slower by every one. Without the host's samples: the fastest sample's time per unit. Where both
-    runs timed the host's same work beside each sample: the fastest sample's time over the host's
-    fastest, and the median of each sample's time over the host's right after it
-    (`beside_the_host`). A device path that got slower is slower in every sample and moves both; a
-    moment of the host's noise moves one (a lucky fast sample of either side moves the first, a
-    stretch where the two alternate out of step the second): over 10 healthy pairs of one simulated
-    GPU on a loaded 2-core machine the worst slowdown was 54% by the first, 13% by the second, 13% by
-    both, while each fault at 2x read 73% or more by both."""
-    fastest = ("min", times(cur.samples).min, times(base.samples).min)
+def judged_time(base: SpeedFigure, cur: SpeedFigure) -> Tuple[str, float, float]:
+    """What is compared, as (pytest-benchmark's statistic, its value now, in the baseline). Without
+    the host's samples: the fastest sample's time per unit. Where both runs timed the host's same
+    work beside each sample: the median of each sample's time over the host's right after it
+    (`beside_the_host`), each sample's own moment of the host divided out. Not the fastest sample
+    over the host's fastest, which was judged too until a CI run missed a 2x slowdown by it: those
+    two come from different moments, so the host's noise is back in their ratio. On a 2-core
+    machine (2026-11-28, 12 healthy pairs of one simulated GPU, 16 pairs of each 2x fault) h2d-strided
+    read up to 55% slower healthy and as little as 42% under `simgpu-slow-copy:2` by it, against
+    1.8% and 92% by the median; over tests/data/speed_noise.json's healthy pairs the median's worst
+    is 26% (matmul-bf16)."""
     if not (base.host_samples and cur.host_samples):
-        return [fastest]
-    over_host = ("min", fastest[1] / times(cur.host_samples).min, fastest[2] / times(base.host_samples).min)
-    return [over_host, ("median", beside_the_host(cur).median, beside_the_host(base).median)]
+        return "min", times(cur.samples).min, times(base.samples).min
+    return "median", beside_the_host(cur).median, beside_the_host(base).median
 
 
 def compare_speed(baseline: Iterable[Verdict], current: Iterable[Verdict], tolerance_pct: float) -> SpeedComparison:
@@ -239,18 +238,16 @@ def compare_speed(baseline: Iterable[Verdict], current: Iterable[Verdict], toler
             models = f"{base_model or 'an unknown model'} -> {cur_model or 'an unknown model'}"
             result.other_model[models] = result.other_model.get(models, 0) + 1
             continue
-        slower, regression = [], True
-        for statistic, now_time, base_time in judged_times(base, cur):
-            check = PercentageRegressionCheck(statistic, tolerance_pct)
-            timed = {statistic: now_time}, {statistic: base_time}  # (current, compared), as the check reads them
-            slower.append(check.compute(*timed))
-            regression = regression and bool(check.fails(*timed))
+        statistic, now_time, base_time = judged_time(base, cur)
+        check = PercentageRegressionCheck(statistic, tolerance_pct)
+        timed = {statistic: now_time}, {statistic: base_time}  # (current, compared), as the check reads them
+        slower, regression = check.compute(*timed), bool(check.fails(*timed))
         host = None
         if base.host_samples and cur.host_samples:  # beside the host: how much longer its fastest same work took
             host = PercentageRegressionCheck("min", 0).compute({"min": times(cur.host_samples).min},
                                                               {"min": times(base.host_samples).min})
         result.changes.append(SpeedChange(key[0], key[1], key[2], cur.unit, base.value, cur.value, max(base.samples),
-                                          max(cur.samples), min(slower), regression, host))
+                                          max(cur.samples), slower, regression, host))
     return result
 
 
