@@ -188,8 +188,8 @@ def worst_slowdown(pairs: List[List[Dict[str, Any]]], beside_host: bool = True) 
 
 def summary(table: Dict[str, List[List[Dict[str, Any]]]], tolerance_pct: float) -> List[str]:
     """Per place and figure: the pair ratios (second run / first) of the fastest samples (judged where
-    no host work was timed beside them) and of the medians, and the worst slowdown as judged; then whether the rule holds and the false
-    alarms at `tolerance_pct`."""
+    no host work was timed beside them) and of the medians, and the worst slowdown as judged; then
+    whether the rule holds and the false alarms at `tolerance_pct`."""
     from pytest_benchmark.stats import Stats
 
     lines = []
