@@ -27,7 +27,8 @@ PYTEST_ARGS ?=
 # --max-worker-restart=0: a worker that dies ends the run at once, naming its test (with loadscope, a
 # replaced worker was seen to leave the run waiting forever). 3 on the project's 2-core machine: many tests
 # wait on their children (hangs to their timeout, kills, installs), and a third worker fills those waits;
-# pytest took 754-809 s with 3 (five fresh-clone runs, 2026-11-28), 916 s and 932 s with 2 the same day.
+# pytest took 754-809 s with 3 (five fresh-clone runs, 2026-11-28; 859 s and 926 s in two later ones, every test
+# slower alike), 916 s and 932 s with 2 the same day.
 # Tests that time work run alone whatever the count (`alone`, conftest.MachineShare).
 PYTEST_WORKERS ?= 3
 BIN := $(VENV)/bin
