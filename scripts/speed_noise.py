@@ -292,7 +292,9 @@ def main(argv: List[str]) -> int:
     places = list(WHERE) if args.where == "both" else [args.where]
     table: Dict[str, List[List[Dict[str, Any]]]] = {}
     measured = {datetime.date.today().isoformat()}
-    if args.drills:
+    if args.drills is not None:
+        if args.drills < 1:
+            parser.error(f"--drills takes a number of rounds of at least 1, not {args.drills}")
         with tempfile.TemporaryDirectory(prefix="rocmcheck-drills-") as folder, loaded(args.load):
             print("\n".join(drills(args.drills, Path(folder), args.tolerance)))
         return 0

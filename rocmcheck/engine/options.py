@@ -29,19 +29,19 @@ ISOLATIONS = ("zygote", "spawn")
 INJECT_ENV = "ROCMCHECK_INJECT"
 # Against a baseline, a speed figure regresses when it takes more than this percent longer than the
 # baseline's (rocmcheck.outputs.diff): its fastest sample, or on a simulated GPU the median of each
-# sample's time over the host's same work timed beside it. Chosen from measured run-to-run noise by a rule (scripts/
-# speed_noise.py, tolerance_holds): a quarter above the worst healthy slowdown seen, at most half of
-# a 2x slowdown. Measured on a loaded 2-core machine, 63 pairs of healthy `rocmcheck run` of the
-# probes with speed figures, kept in tests/data/speed_noise.json (tests/test_speed_baseline.py holds
-# this to the rule and to no false alarm over them): 2026-11-25, 12 on the CPU and 12 on two
-# simulated GPUs (worst 23.7%, p2p-1-0); 2026-11-28 with 7 other sessions' tests running (load
-# average 10-16), 16 on the CPU, 3 beside a memory-copying process, 12 on one simulated GPU and 8
-# beside that process. Judged so, the worst was 34.0% (the CPU's matmul-fp32 under that load; a
-# simulated GPU's 26.3%, matmul-bf16), 0 false alarms; by the fastest samples alone one simulated
-# GPU's figures slowed by up to 2.4x (matmul-bf16; h2d-strided 2x), 6 false alarms at 50% (issue
-# 40). The drills that slow a simulated GPU's copies, products or memory work 2x (`speed_noise.py
-# --drills`) read 72% slower or more. A real GPU's figures, timed by its own events, vary by a few
-# percent; a link at half its width is 100% slower.
+# sample's time over the host's same work timed beside it. Chosen from measured run-to-run noise by
+# a rule (scripts/speed_noise.py, tolerance_holds): a quarter above the worst healthy slowdown
+# seen, at most half of a 2x slowdown. Measured on a loaded 2-core machine, 63 pairs of healthy
+# `rocmcheck run` of the probes with speed figures, kept in tests/data/speed_noise.json
+# (tests/test_speed_baseline.py holds this to the rule and to no false alarm over them): 2026-11-25,
+# 12 on the CPU and 12 on two simulated GPUs (worst 23.7%, p2p-1-0); 2026-11-28 with 7 other
+# sessions' tests running (load average 10-16), 16 on the CPU, 3 beside a memory-copying process, 12
+# on one simulated GPU and 8 beside that process. Judged so, the worst was 34.0% (the CPU's
+# matmul-fp32 under that load; a simulated GPU's 26.3%, matmul-bf16), 0 false alarms; by the fastest
+# samples alone one simulated GPU's figures slowed by up to 2.4x (matmul-bf16; h2d-strided 2x), 6
+# false alarms at 50% (issue 40). The drills that slow a simulated GPU's copies, products or memory
+# work 2x (`speed_noise.py --drills`) read 72% slower or more. A real GPU's figures, timed by its
+# own events, vary by a few percent; a link at half its width is 100% slower.
 SPEED_TOLERANCE_PCT = 50.0
 FIRST_USE_LIMIT_S = 120.0  # bounds a probe's first call by default: a cold cache (MIOpen's first conv took 63 s)
 DEVICE_HELP = ("auto (every visible GPU; inside a torchrun rank its LOCAL_RANK GPU; the CPU only on a host "
