@@ -9,7 +9,8 @@ that take tensors.
 
 - `bitwise`: bit-for-bit comparison with counts of zeros, NaN and the first bad index.
 - `close`: tolerance comparison against a float64 reference, with dtype-scaled tolerances.
-- `round_to`, `bf16_bits`, `bf16_value`: round-to-nearest-even into bf16/fp16, in numpy.
+- `round_to`, `bf16_bits`, `bf16_value`: round-to-nearest-even into bf16/fp16, in numpy; `truncate_to`:
+  float32 values cut to what fp16/bf16 hold, in place.
 - `checksum` / `device_checksum`: one position-weighted checksum, on the host or the device.
 - `conv2d_ref`, `conv2d_backward_ref`: convolution forward and backward by explicit im2col.
 """
@@ -173,6 +174,35 @@ def bf16_bits(x: Any) -> Any:
 def bf16_value(b: Any) -> Any:
     """bfloat16 bit patterns -> float32 values (exact)."""
     return (np.asarray(b).astype(np.uint32) << 16).view(np.float32)
+
+
+# float32 mantissa bits that float16 and bfloat16 lack (23 - 10, 23 - 7)
+_MANTISSA_BITS_LACKED = {"float32": 0, "float16": 13, "bfloat16": 16}
+
+
+def truncate_to(x: Any, dtype: Any) -> Any:
+    """`x` (finite float32 values, in place) truncated toward zero to values `dtype` holds exactly; returned.
+
+    One pass that clears the mantissa bits the format lacks, where `round_to` makes float64 copies and
+    rounds: operands drawn this way go to the device and into a float64 reference unchanged (gemm's
+    at a GPU's sizes, 25M elements: issue 39). float16 holds the result exactly only within its normal
+    range (and zero): a value outside it raises ValueError; bfloat16 has float32's exponent range.
+    """
+    name = dtype_name(dtype)
+    if x.dtype != np.float32 or name not in _MANTISSA_BITS_LACKED:
+        raise ValueError(f"truncate_to takes float32 values to float32, float16 or bfloat16, not {x.dtype} "
+                         f"to {name}")
+    if name == "float16" and x.size:
+        tiny, top = np.finfo(np.float16).tiny, np.finfo(np.float16).max
+        if not tiny <= x.min() <= x.max() <= top:  # two reductions answer for positive operands, gemm's
+            mags = np.abs(x)
+            if mags.max() > top or np.any((mags < tiny) & (mags != 0)):
+                raise ValueError(f"float16 holds exactly only zero and its normal values, {tiny} to {top} "
+                                 "in magnitude")
+    lacked = _MANTISSA_BITS_LACKED[name]
+    if lacked:
+        x.view(np.uint32)[...] &= np.uint32((0xFFFFFFFF >> lacked) << lacked)
+    return x
 
 
 def round_to(x: Any, dtype: Any) -> Any:

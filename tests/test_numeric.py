@@ -109,6 +109,37 @@ def test_round_to_is_idempotent(x, dtype):
     np.testing.assert_array_equal(numeric.round_to(once, dtype), once)
 
 
+# finite float32 values whose float16 truncation is exact: zero or a normal float16 magnitude
+_FP16_NORMAL = st.one_of(st.just(0.0), st.floats(float(np.finfo(np.float16).tiny), float(np.finfo(np.float16).max),
+                                                 width=32).flatmap(lambda v: st.sampled_from([v, -v])))
+
+
+@given(st.data(), st.sampled_from(["float16", "bfloat16", "float32"]))
+def test_truncate_to_gives_values_the_format_holds_and_torch_casts_unchanged(data, dtype):
+    """gemm's operands (issue 39): cut in place to the dtype, they must be what the device holds, so the
+    float64 reference made from them is the reference of the device's product."""
+    finite = st.floats(width=32, allow_nan=False, allow_infinity=False)
+    x = data.draw(hnp.arrays(np.float32, st.integers(1, 20), elements=_FP16_NORMAL if dtype == "float16" else finite))
+    cut = numeric.truncate_to(x.copy(), dtype)
+    as_torch = torch.from_numpy(cut).to(getattr(torch, dtype)).to(torch.float32).numpy()
+    np.testing.assert_array_equal(as_torch, cut)
+    np.testing.assert_array_equal(numeric.round_to(cut, dtype), cut)
+    assert (np.abs(cut) <= np.abs(x)).all()  # toward zero, by less than one unit of the format's last place
+    assert (np.abs(x - cut) <= np.abs(x) * 2.0 ** -numeric.FLOAT_FORMATS[dtype][1]).all()
+
+
+def test_truncate_to_works_in_place_and_refuses_what_it_cannot_hold_exactly():
+    x = np.array([0.3, 0.7], np.float32)
+    assert numeric.truncate_to(x, "bfloat16") is x and x[0] != np.float32(0.3)
+    for values, dtype in (([1e-6], "float16"), ([7e4], "float16"), ([-7e4, 1.0], "float16")):
+        with pytest.raises(ValueError, match="float16 holds exactly only"):
+            numeric.truncate_to(np.array(values, np.float32), dtype)
+    with pytest.raises(ValueError, match="takes float32 values"):
+        numeric.truncate_to(np.ones(2), "float16")
+    with pytest.raises(ValueError, match="takes float32 values"):
+        numeric.truncate_to(np.ones(2, np.float32), "float64")
+
+
 @given(arrays(dtypes=DTYPES + [np.int16], max_side=5))
 @example(np.lib.stride_tricks.as_strided(np.zeros(2, np.float32), shape=(1,), strides=(8,)))  # stride 2, 1 element
 def test_host_and_device_checksums_agree(a):
