@@ -17,7 +17,8 @@ most `PLAN_LIMIT_S` (8 minutes). The steps, in order (`PLAN`):
 
 Each step writes `<device>-<date>-<step>.json` and `.md` under the output folder (<device>: the first GPU's
 name in lower case with dashes, as `nvidia-h100-80gb-hbm3`), and `<device>-<date>-summary.md` says, per step,
-its command, deadline, wall time, exit and whether it came out as expected. Only what really ran on real
+its command, deadline, wall time, exit and whether it came out as expected, rewritten after each step (a plan
+cut short by the lent machine's end still says what ran). Only what really ran on real
 hardware goes there: where torch sees no GPU, or with faults injected from outside ($ROCMCHECK_INJECT,
 simulated GPUs among them), it refuses in one line and writes nothing (exit 2). It exits 0 when every step
 came out as expected, else 1.
@@ -170,13 +171,17 @@ def run_step(step: Step, stem: Path, journal: str,
             "last_line": said[-1] if said else "", "gpu0": seen}
 
 
-def summary(gpus: List[str], results: List[Dict[str, object]]) -> str:
+def summary(gpus: List[str], results: List[Dict[str, object]], planned: int) -> str:
+    """The summary of the steps run so far, of `planned`: written after each, so a plan cut short (the lent
+    machine's time ran out) still says what ran and how."""
     rows = [f"| {r['step']} | {r['deadline_s']} | {r['wall_s']} | {r['exit']} | "
             f"{'yes' if r['as_expected'] else '**no**'} | {r['why']}; last line: `{r['last_line']}` |" for r in results]
     total = sum(float(str(r["wall_s"])) for r in results)
+    ran = "" if len(results) == planned else \
+        f" Only {len(results)} of the {planned} steps ran: the plan stopped (or was stopped) before the others."
     return "\n".join([f"# make hardware: {', '.join(gpus)}, {datetime.date.today().isoformat()}", "",
                       f"{total:.0f} s in all (deadlines sum to {sum(int(str(r['deadline_s'])) for r in results)} s, "
-                      f"at most {PLAN_LIMIT_S} s).", "",
+                      f"at most {PLAN_LIMIT_S} s).{ran}", "",
                       "| step | deadline s | wall s | exit | as expected | what |", "|---|---|---|---|---|---|",
                       *rows, ""])
 
@@ -196,19 +201,24 @@ def main(argv: List[str]) -> int:
         print(f"make hardware: {why}", file=sys.stderr)
         return 2
     stem = args.out / f"{slug(gpus[0])}-{datetime.date.today().isoformat()}"
-    results = execute(steps, stem)
     path = Path(f"{stem}-summary.md")
-    path.write_text(summary(gpus, results))
+    results = execute(steps, stem, lambda so_far: path.write_text(summary(gpus, so_far, len(steps))))
     missed = [str(r["step"]) for r in results if not r["as_expected"]]
     print(f"make hardware: {', '.join(gpus)}: {len(results) - len(missed)} of {len(results)} steps as expected"
           + (f" (not: {', '.join(missed)})" if missed else "") + f"; wrote {path}")
     return 1 if missed else 0
 
 
-def execute(steps: List[Step], stem: Path) -> List[Dict[str, object]]:
-    """Every step in order, each under its deadline, the journals in a temporary folder."""
+def execute(steps: List[Step], stem: Path, after_each: Callable[[List[Dict[str, object]]], object]
+            ) -> List[Dict[str, object]]:
+    """Every step in order, each under its deadline, the journals in a temporary folder; `after_each` gets
+    the results so far once each step ends."""
+    results: List[Dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="rocmcheck-hardware-") as journal:
-        return [run_step(step, stem, journal, call) for step in steps]
+        for step in steps:
+            results.append(run_step(step, stem, journal, call))
+            after_each(results)
+    return results
 
 
 if __name__ == "__main__":
