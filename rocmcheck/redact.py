@@ -159,7 +159,8 @@ CONTEXT_RULES: Tuple[Rule, ...] = (
     Rule("secret option", _START + rf"(?P<key>--?[A-Za-z][\w-]{{0,99}})(?:=|[ \t]+)['\"]?(?P<value>[^{_VALUE_END}]+)",
          _option),
     Rule("secret URL parameter", rf"[?&](?P<key>[\w.-]{{1,100}})=(?P<value>[^&#{_VALUE_END}]+)", _url_param),
-    Rule("secret-named value", r"(?<![\w.-])(?P<key>[A-Za-z_][\w.-]{0,99})['\"]?[ \t]*(?P<sep>[:=])(?![:=])"
+    # a key starts no path's last part (`cat: /run/secrets/db_password: Permission denied`)
+    Rule("secret-named value", r"(?<![\w./-])(?P<key>[A-Za-z_][\w.-]{0,99})['\"]?[ \t]*(?P<sep>[:=])(?![:=])"
          r"(?P<space>[ \t]*)(?=(?:'(?P<q1>[^'\n]{1,256})'|\"(?P<q2>[^\"\n]{1,256})\""
          rf"|(?P<bare>[^{_VALUE_END}:=]+)))", _key_value),
 )

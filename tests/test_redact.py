@@ -178,6 +178,11 @@ def test_context_forms_in_any_case(text, secret):
     "ROCm 6.4 gfx942:sramecc+:xnack-",
     "not an nvidia-smi XML document: unclosed token: line 5, column 11",  # expat's place, not a token
     "password = args.db_password", "Redacted 3 value(s): 2 Slack token, 1 GitLab token.",
+    # a path's last part before a tool's message is no key: `rocmcheck report --from /etc/passwd` said
+    # "/etc/passwd: [REDACTED] valid JSON"
+    "/etc/passwd: not valid JSON (Expecting value: line 1 column 1 (char 0))",
+    "cat: /run/secrets/db_password: Permission denied", "open /var/run/secrets/kubernetes.io/serviceaccount/token: "
+    "no such file or directory",
 ])
 def test_near_misses_stay(text):
     redactor = Redactor()
