@@ -117,9 +117,9 @@ slurm-test: $(VENV)/.installed
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; }
 	ROCMCHECK_SLURM_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_slurm.py
 
-# On a machine with real GPUs: the full suite with the speed probes on every GPU (rocmcheck run --device all)
-# and make cuda-build-test's tests with the machine's own torch, kept as reports/hardware/<device>-<date>.json
-# and .md (scripts/hardware.py). Refused in one line where torch sees no GPU or faults are injected: a
-# simulated GPU never writes there.
+# On a machine with real GPUs, in at most 8 minutes (scripts/hardware.py --plan lists the steps): the gate twice,
+# three drills on GPU 0, the level-1 run on every GPU and make cuda-build-test's tests with the machine's own
+# torch, each under its own deadline, kept as reports/hardware/<device>-<date>-<step>.json and .md with a
+# summary. Refused in one line where torch sees no GPU or faults are injected: a simulated GPU never writes there.
 hardware: $(VENV)/.installed
 	@$(BIN)/python scripts/hardware.py

@@ -37,13 +37,14 @@ def test_a_host_without_a_real_gpu_is_refused_in_one_line_and_nothing_is_written
 def test_the_plan_fits_eight_minutes_and_prints_every_step_with_its_deadline(capsys):
     steps = hardware.plan()
     assert sum(s.deadline_s for s in steps) <= hardware.PLAN_LIMIT_S == 480
-    assert [s.name for s in steps] == ["gate", "drill-bitflip", "drill-slow", "drill-copy-zeros", "run",
+    assert [s.name for s in steps] == ["gate", "gate-again", "drill-bitflip", "drill-slow", "drill-copy-zeros", "run",
                                        "cuda-build-tests"]
-    for step in steps[:5]:  # every rocmcheck step is bounded by its own --deadline, and writes its report
+    for step in steps[:6]:  # every rocmcheck step is bounded by its own --deadline, and writes its report
         argv = step.command(Path("/r/nvidia-h100-2026-11-28"), "/tmp/j")
         assert argv[argv.index("--deadline") + 1] == str(step.deadline_s)
         assert argv[argv.index("--json") + 1] == f"/r/nvidia-h100-2026-11-28-{step.name}.json"
-    assert "--inject" not in steps[0].argv and "--level" not in steps[4].argv  # healthy, and the level-1 run
+    assert steps[0].argv == steps[1].argv and "--inject" not in steps[0].argv  # the healthy gate, twice
+    assert "--level" not in steps[5].argv  # the level-1 run
     assert hardware.main(["--plan"]) == 0
     printed = capsys.readouterr().out
     assert printed.splitlines()[-1] == " 480s  in all (at most 480s)"
@@ -74,11 +75,11 @@ def test_on_real_gpus_every_step_runs_under_its_deadline_and_the_summary_says_ho
     assert [timeout for _, _, timeout in calls] == [s.deadline_s + hardware.STOP_MARGIN_S for s in hardware.plan()]
     assert calls[-1][0][-1] == "tests/test_cuda_build.py" and calls[-1][1]["CUDA_VISIBLE_DEVICES"] == ""
     table = Path(f"{stem}-summary.md").read_text()
-    assert table.count("| yes |") == (5 if missed else 6) and "steps ran" not in table
+    assert table.count("| yes |") == (6 if missed else 7) and "steps ran" not in table
     if missed:
         assert f"| {missed} | 35 |" in table and "| **no** |" in table
     said = f" (not: {missed})" if missed else ""
-    expected = f"{5 if missed else 6} of 6 steps as expected{said}; wrote {stem}-summary.md\n"
+    expected = f"{6 if missed else 7} of 7 steps as expected{said}; wrote {stem}-summary.md\n"
     assert capsys.readouterr().out.endswith(expected)
 
 
@@ -99,8 +100,8 @@ def test_a_plan_stopped_midway_leaves_a_summary_of_the_steps_that_ran(monkeypatc
     with pytest.raises(KeyboardInterrupt):
         hardware.main(["--out", str(tmp_path)])
     table = (tmp_path / f"nvidia-h200-{datetime.date.today().isoformat()}-summary.md").read_text()
-    assert "Only 2 of the 6 steps ran" in table
-    assert "| gate | 75 |" in table and "| drill-bitflip | 35 |" in table and "drill-slow" not in table
+    assert "Only 2 of the 7 steps ran" in table
+    assert "| gate | 60 |" in table and "| gate-again | 30 |" in table and "drill-bitflip" not in table
 
 
 @pytest.mark.children  # a real process, killed at its deadline
