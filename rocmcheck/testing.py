@@ -41,11 +41,12 @@ class InlineResult:
 
 
 def run_inline(probe_id: str, device: str = "cpu", inject: Optional[str] = None, duration: Optional[float] = None,
-               **params: Any) -> InlineResult:
+               profile: str = "full", **params: Any) -> InlineResult:
     """Run probe `probe_id` once on `device` in this process and return how it ended.
 
     `params` choose the variant: given ones override the probe's first variant's. `inject` is a
-    fault spec as for `--inject`; `duration` the budget of a level 2 or 3 variant, as `--duration`.
+    fault spec as for `--inject`; `duration` the budget of a level 2 or 3 variant, as `--duration`;
+    `profile` "gate" runs the sizes the gate does, "full" (the default) those of `rocmcheck run`.
     The probe's `requires` are checked as the runner checks them. The probe library and the
     folders in ROCMCHECK_PROBES_PATH are loaded first; an unknown probe or fault is a UsageError.
     """
@@ -63,7 +64,7 @@ def run_inline(probe_id: str, device: str = "cpu", inject: Optional[str] = None,
     if reason:
         return InlineResult(Status.SKIP, reason, {}, ())
     chosen = {**spec.variants[0], **params}
-    ctx = ProbeContext(device=device, requested_device=device, params=chosen, timeout=spec.timeout,
+    ctx = ProbeContext(device=device, requested_device=device, profile=profile, params=chosen, timeout=spec.timeout,
                        budget_s=spec.work_budget(chosen, duration))
     with faults.reverting():
         installed = faults.install(requests, probe_id)
