@@ -83,9 +83,11 @@ def select_backend(ctx: rocmcheck.ProbeContext, blas: str) -> str:
 def operands(shape: Tuple[int, int, int, int], dtype: str, seed: int) -> Tuple[Any, Any]:
     """A and B as the device will hold them: float32 arrays of values `dtype` holds exactly.
 
-    Drawn in float32 and cut to the dtype in place, where rounding made three float64 and float32
-    copies of each: at a GPU's split-K size (B has 25M elements) that was most of a gate variant's
-    host time (issue 39). float32 never draws 1.0, which a float64 draw just below it rounds to."""
+    Drawn in float32 and cut to the dtype in place, where rounding went through float64 copies of each: at a
+    GPU's gate sizes (split-K's B has 25M elements) the whole bf16 variant took 0.88-0.91 s with the rounding
+    and 0.58-0.61 s without on the project's 2-core CPU, the CPU doing the products too (best of 8; fp16
+    0.76 -> 0.66 s, fp32 about the same: issue 39). float32 never draws 1.0, which a float64 draw just
+    below it rounds to."""
     batch, m, k, n = shape
     lead = (batch,) if batch else ()
     rng = np.random.default_rng(seed)
