@@ -111,7 +111,7 @@ cuda-build-test: $(CUDA_VENV)/.installed
 # Debian's slurm-wlm and munge (root, apt), starts munged, slurmctld and slurmd under a temporary
 # folder, runs the recipe's cases and the docs' Slurm commands, stops the daemons by PID.
 # About 2 min on 2 loaded cores, plus the install; not in CI (root daemons, and CI's time goes to
-# `make test`). ROCMCHECK_NHC_SOURCE=<a checkout of NHC> adds NHC itself.
+# `make test`). ROCMCHECK_NHC_SOURCE=<a checkout of NHC> adds NHC itself (two tests).
 slurm-test: $(VENV)/.installed
 	@PATH="$$PATH:/usr/sbin" command -v slurmctld >/dev/null && PATH="$$PATH:/usr/sbin" command -v munged >/dev/null || \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; }

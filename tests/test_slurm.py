@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Callable, Dict, Iterator, List
 
 import psutil
 import pytest
@@ -431,25 +431,40 @@ def test_every_slurm_command_of_the_docs_runs_as_written(cluster, tmp_path):
 NHC_SOURCE = os.environ.get("ROCMCHECK_NHC_SOURCE", "")  # a checkout of github.com/mej/nhc: Debian has no package
 
 
-@pytest.mark.skipif(not (Path(NHC_SOURCE) / "nhc").is_file(),
-                    reason="set ROCMCHECK_NHC_SOURCE to a checkout of NHC (nhc, scripts/, helpers/)")
-def test_nhc_drains_with_the_gates_reason_and_resumes_after_a_passing_run(cluster):
-    """NHC itself, as slurmd's HealthCheckProgram would run it, with the check of docs/recipes/rocmcheck.nhc."""
-    scripts = cluster.root / "nhc-scripts"
-    scripts.mkdir(exist_ok=True)
+NEEDS_NHC = pytest.mark.skipif(not (Path(NHC_SOURCE) / "nhc").is_file(),
+                               reason="set ROCMCHECK_NHC_SOURCE to a checkout of NHC (nhc, scripts/, helpers/)")
+
+
+def nhc_runner(cluster: Cluster, check: str, nhc_timeout_s: int) -> Callable[..., subprocess.CompletedProcess]:
+    """NHC itself, from a checkout, run as slurmd's HealthCheckProgram would run it with one line of
+    nhc.conf (`* || CHECK`) and its TIMEOUT (`-t`, its watchdog), the check of docs/recipes/rocmcheck.nhc
+    beside NHC's own common.nhc. The helpers that mark the node are installed executable, as NHC's
+    Makefile.am installs them (`dist_helper_SCRIPTS`): a checkout's are mode 644, and NHC then cannot
+    drain ("node-mark-offline: Permission denied")."""
+    scripts, helpers = cluster.root / "nhc-scripts", cluster.root / "nhc-helpers"
+    for folder in (scripts, helpers):
+        folder.mkdir(exist_ok=True)
     shutil.copy(Path(NHC_SOURCE) / "scripts" / "common.nhc", scripts)
     shutil.copy(REPO / "docs" / "recipes" / "rocmcheck.nhc", scripts)
+    for helper in ("node-mark-offline", "node-mark-online"):
+        shutil.copy(Path(NHC_SOURCE) / "helpers" / helper, helpers)
+        (helpers / helper).chmod(0o755)
     conf = cluster.root / "nhc.conf"
-    conf.write_text(f"* || check_rocmcheck_gate -t {DEADLINE_S} {RECIPE} {NARROW}\n")
+    conf.write_text(f"* || {check}\n")
 
     def nhc(**env: str) -> subprocess.CompletedProcess:
         argv = ["bash", str(Path(NHC_SOURCE) / "nhc"), "-c", str(conf), "-l", str(cluster.root / "nhc.log"),
-                "-t", str(DEADLINE_S + 10), f"INCDIR={scripts}", f"HELPERDIR={NHC_SOURCE}/helpers", "NHC_RM=slurm",
+                "-t", str(nhc_timeout_s), f"INCDIR={scripts}", f"HELPERDIR={helpers}", "NHC_RM=slurm",
                 f"HOSTNAME={cluster.NODE}", f"RESULTFILE={cluster.root}/nhc.status"]
         return subprocess.run(argv, env={**cluster.env, "SLURMD_NODENAME": cluster.NODE, "ROCMCHECK": str(ROCMCHECK),
                                          "ROCMCHECK_DIR": str(cluster.root / "fleet"), **env},
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=nhc_timeout_s + 60)
+    return nhc
 
+
+@NEEDS_NHC
+def test_nhc_drains_with_the_gates_reason_and_resumes_after_a_passing_run(cluster):
+    nhc = nhc_runner(cluster, f"check_rocmcheck_gate -t {DEADLINE_S} {RECIPE} {NARROW}", DEADLINE_S + 10)
     started = time.monotonic()
     failed = nhc(ROCMCHECK_INJECT="segv@device-smoke")
     reason = cluster.node().get("Reason", "")
@@ -459,3 +474,29 @@ def test_nhc_drains_with_the_gates_reason_and_resumes_after_a_passing_run(cluste
                 f"then {cluster.node_state()}")
     assert failed.returncode == 1 and passed.returncode == 0
     assert reason.startswith("NHC: rocmcheck DRILL NO-GO (segv@device-smoke): device-smoke")
+
+
+@NEEDS_NHC
+def test_under_nhcs_watchdog_a_hang_ends_as_the_gates_unknown_and_u_run_lets_the_node_be(cluster):
+    """A hang with a -t above what NHC's TIMEOUT leaves: the recipe lowers the gate's deadline below
+    NHC's watchdog, so the gate ends itself and the drain reason is its UNKNOWN, not NHC's "Script
+    timed out" (which names nothing). With -u run the same hang passes the check and the node stays
+    up; the verdict is kept either way."""
+    nhc_timeout_s = 25  # NHC's -t: its watchdog signals NHC this long after it started
+    for on_unknown, code in (("drain", 1), ("run", 0)):
+        nhc = nhc_runner(cluster, f"check_rocmcheck_gate -t 60 -u {on_unknown} {RECIPE} {NARROW} --timeout 120",
+                         nhc_timeout_s)
+        started = time.monotonic()
+        done = nhc(ROCMCHECK_INJECT="hang@device-smoke")
+        took = time.monotonic() - started
+        reason = cluster.node().get("Reason", "")
+        latest = json.loads((cluster.verdicts / "latest.json").read_text())
+        cluster.say(f"NHC, a hang, -u {on_unknown}", started, f"exit {done.returncode} after {took:.1f} s; node "
+                    f"{cluster.node_state()}, reason '{reason}', verdict {latest['status']}")
+        assert done.returncode == code and took < nhc_timeout_s, (done.stdout, done.stderr)
+        assert latest["status"] == "UNKNOWN" and "deadline" in latest["error"]
+        if on_unknown == "drain":
+            assert reason.startswith("NHC: rocmcheck DRILL UNKNOWN") and "timed out" not in reason
+            cluster.resume()
+        else:
+            assert "DRAIN" not in cluster.node_state()
