@@ -82,6 +82,9 @@ class RunCost:
     # of that, the isolation server's imports before it was ready, seconds per module in order: torch, each module
     # a selected probe preloads (`@probe(preload=...)`), "probes" (the probe modules); empty under spawn isolation
     imports_s: Dict[str, float] = field(default_factory=dict)
+    # of that too, the device facts: their child's wall time, the GPU runtime's init included on a GPU (the first
+    # of the gate's two per GPU); None in reports written before it was kept
+    facts_s: Optional[float] = None
 
     @property
     def outside_s(self) -> float:
@@ -95,7 +98,8 @@ class RunCost:
 
     @classmethod
     def of(cls, verdicts: List[Verdict], wall_s: float, in_variants_s: float,
-           before_first_s: Optional[float] = None, imports_s: Optional[Dict[str, float]] = None) -> "RunCost":
+           before_first_s: Optional[float] = None, imports_s: Optional[Dict[str, float]] = None,
+           facts_s: Optional[float] = None) -> "RunCost":
         per_device: Dict[str, float] = {}
         over = []
         for v in verdicts:
@@ -112,7 +116,8 @@ class RunCost:
         outside = max(wall_s - in_variants_s, 0.0)
         before = None if before_first_s is None else round(min(max(before_first_s, 0.0), outside), 3)
         return cls(round(wall_s, 3), round(in_variants_s, 3), round(max(per_device.values(), default=0.0), 3),
-                   setup, first_use, work, over, before, {m: round(s, 3) for m, s in (imports_s or {}).items()})
+                   setup, first_use, work, over, before, {m: round(s, 3) for m, s in (imports_s or {}).items()},
+                   None if facts_s is None else round(facts_s, 3))
 
     def to_dict(self) -> Dict[str, Any]:
         return {**{f.name: getattr(self, f.name) for f in fields(self)}, "outside_s": self.outside_s,
@@ -127,10 +132,12 @@ class RunCost:
             over = [dict(o) for o in data.get("over") or [] if isinstance(o, dict)]
             before = data.get("before_first_s")
             imports = {str(m): float(s) for m, s in (data.get("imports_s") or {}).items()}
+            facts = data.get("facts_s")
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         return cls(wall, inside, budget, setup, first_use, work, over,
-                   float(before) if isinstance(before, (int, float)) else None, imports)
+                   float(before) if isinstance(before, (int, float)) else None, imports,
+                   float(facts) if isinstance(facts, (int, float)) else None)
 
     def text(self) -> str:
         """One line for people: the wall time against the budget, where it went, and each variant over its own."""
@@ -139,8 +146,11 @@ class RunCost:
                 f"{self.work_s:.1f}s, summed over GPUs), outside any variant {self.outside_s:.1f}s")
         if self.before_first_s is not None:
             shown = [f"{m} {s:.1f}s" for m, s in self.imports_s.items() if s >= IMPORT_SHOWN_S]
-            imports = f"; of the first, the isolation server's imports {', '.join(shown)}" if shown else ""
-            line += f" (before the first {self.before_first_s:.1f}s, between variants {self.between_s:.1f}s{imports})"
+            parts = [f"the isolation server's imports {', '.join(shown)}"] if shown else []
+            if self.facts_s is not None:
+                parts.append(f"the device facts {self.facts_s:.1f}s")
+            of_first = f"; of the first, {', '.join(parts)}" if parts else ""
+            line += f" (before the first {self.before_first_s:.1f}s, between variants {self.between_s:.1f}s{of_first})"
         if self.over:
             named = ", ".join(f"{o['variant']} on {o['device']} ({o['total_s']:.1f}s of {o['budget_s']:g}s)"
                               for o in self.over)

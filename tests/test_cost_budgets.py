@@ -88,6 +88,13 @@ def test_the_run_cost_is_per_gpu_and_names_each_variant_over_its_budget_round_tr
         "4.0s (before the first 2.5s, between variants 1.5s; of the first, the isolation server's imports torch 1.3s, "
         "torch._dynamo 0.9s, probes 0.2s)")  # accelerate's 0.04 s only in the JSON
     assert RunCost.from_dict(json.loads(json.dumps(imported.to_dict()))) == imported
+    with_facts = RunCost.of(verdicts, wall_s=10.0, in_variants_s=6.0, before_first_s=2.5, imports_s={"torch": 1.3},
+                            facts_s=0.42)
+    assert with_facts.text().split("outside any variant ")[1].startswith(
+        "4.0s (before the first 2.5s, between variants 1.5s; of the first, the isolation server's imports torch 1.3s, "
+        "the device facts 0.4s)")
+    assert RunCost.from_dict(json.loads(json.dumps(with_facts.to_dict()))) == with_facts
+    assert imported.facts_s is None and "device facts" not in imported.text()  # a report from before facts_s
     again = Verdict.from_dict(json.loads(json.dumps(verdicts[1].to_dict())))
     assert again.cost == verdicts[1].cost and again.cost.over_budget
     assert "cost" not in verdicts[3].to_dict() and Verdict.from_dict(verdicts[3].to_dict()).cost is None
@@ -152,6 +159,10 @@ def test_a_variant_over_its_budget_is_named_in_the_terminal_json_and_markdown_an
         run_cost.outside_s, abs=0.002)
     assert list(run_cost.imports_s)[0] == "torch" and list(run_cost.imports_s)[-1] == "probes"
     assert run_cost.imports_s["torch"] > 0 and sum(run_cost.imports_s.values()) < run_cost.before_first_s
+    # and the device facts' child, after the server was ready: its wall time is part of the time before the first
+    assert run_cost.facts_s is not None and 0 < run_cost.facts_s < run_cost.before_first_s - sum(
+        run_cost.imports_s.values())
+    assert f"the device facts {run_cost.facts_s:.1f}s" in printed
     said = "over budget (not a failure): over-budget"
     assert said in printed and said in (tmp_path / "r.md").read_text()
     assert "## Time against budgets" in (tmp_path / "r.md").read_text()

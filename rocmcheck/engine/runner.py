@@ -92,6 +92,7 @@ class Runner:
         self.device = DeviceInfo()  # the first (or only) device under test
         self.devices: List[DeviceInfo] = [self.device]  # every device under test, one queue each
         self.facts: Dict[str, Any] = {}
+        self.facts_s: Optional[float] = None  # the device facts' child, wall time (`resolve_device`)
         self.wedged: Dict[str, str] = {}  # device -> the variant after which its canary failed
         self.gpu_problem: Optional[str] = None  # the host has GPUs that this torch cannot use
         self._arch_fix: Optional[str] = None  # computed once, for children that die with no code object
@@ -163,7 +164,9 @@ class Runner:
         # faults: in_facts only
         task = self._task(call=FACTS_CALL, timeout=FACTS_TIMEOUT_S)
         key = self.isolation.facts_worker_key() if self.opts.device != "cpu" else None  # a CPU run: no GPU init to keep
+        started = time.monotonic()
         end = self.isolation.run_in_worker(task, key)[0] if key else self.isolation.run(task, {}, fresh=False)
+        self.facts_s = time.monotonic() - started
         result = TaskResult.read(task.files.result)
         self.facts = clean_tree((result.data if result else None) or {"error": end_summary(end)})
         if result is None and NO_BINARY in signatures(end.output):
@@ -631,7 +634,7 @@ class Runner:
         verdicts = known_issues.judged(self.verdicts, self.fingerprint_cache)
         first = min((start for start, _ in self.spans), default=None)
         cost = RunCost.of(verdicts, time.monotonic() - self.clock_from, covered(self.spans),
-                          None if first is None else first - self.clock_from, self.isolation.imports_s)
+                          None if first is None else first - self.clock_from, self.isolation.imports_s, self.facts_s)
         return Report(run=run, verdicts=verdicts, fingerprint=self.fingerprint_cache, tool=self._tool(),
                       sections={**self.sections, COST_SECTION: cost.to_dict()})
 
