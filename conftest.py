@@ -359,6 +359,16 @@ def rocm_run():
     return run_probes
 
 
+@pytest.fixture
+def piddir(tmp_path, monkeypatch):
+    """Where the fake probes (tests/fake_probes/harness.py) record the pids they create, so a test can assert
+    that no process of any tree survives."""
+    folder = tmp_path / "pids"
+    folder.mkdir()
+    monkeypatch.setenv("ROCMCHECK_TEST_PIDDIR", str(folder))
+    return folder
+
+
 @pytest.fixture(params=["zygote", "spawn"])
 def isolation(request):
     """Both isolation modes, for the reliability cases."""

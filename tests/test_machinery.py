@@ -34,14 +34,6 @@ FAKE = str(Path(__file__).parent / "fake_probes")
 pytestmark = pytest.mark.own_zygote  # the isolation machinery itself: every run starts its own server
 
 
-@pytest.fixture
-def piddir(tmp_path, monkeypatch):
-    folder = tmp_path / "pids"
-    folder.mkdir()
-    monkeypatch.setenv("ROCMCHECK_TEST_PIDDIR", str(folder))
-    return folder
-
-
 def survivors(piddir: Path, wait: float = 3.0) -> list:
     def alive(pid):
         try:

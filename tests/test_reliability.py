@@ -22,14 +22,6 @@ TIMEOUT = 3.0
 pytestmark = pytest.mark.own_zygote  # the isolation machinery itself: every run starts its own server
 
 
-@pytest.fixture
-def piddir(tmp_path, monkeypatch):
-    folder = tmp_path / "pids"
-    folder.mkdir()
-    monkeypatch.setenv("ROCMCHECK_TEST_PIDDIR", str(folder))
-    return folder
-
-
 def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
