@@ -151,6 +151,9 @@ def test_the_plugin_config_is_valid_for_npd():
     assert os.path.isabs(rule["path"]) and Path(rule["path"]).name == "rocmcheck"
     args = build_parser().parse_args(rule["args"])
     assert args.command == "gate" and args.npd and args.output_prom is not None
+    # NPD kills the plugin's process group with SIGKILL at the timeout (plugin.go): the gate ends itself
+    # before that, with its own UNKNOWN line, verdict and --prom file (the real NPD: tests/test_npd_real.py)
+    assert args.killed_after == go_duration(rule["timeout"])
 
 
 def test_the_daemonset_mounts_what_the_config_names():
