@@ -27,7 +27,9 @@ https://github.com/kubernetes/node-problem-detector/blob/v0.8.19/pkg/customplugi
 https://github.com/kubernetes/node-problem-detector/blob/v0.8.19/docs (custom_plugin_monitor.md)
 
 NPD itself is not in the package registries this project uses (no PyPI or Debian package), so
-these tests run the command as NPD's plugin runner does and read its output by NPD's rules.
+these tests run the command as NPD's plugin runner does and read its output by NPD's rules. The
+real NPD v0.8.19, built from its source, runs the recipe in tests/test_npd_real.py
+(`ROCMCHECK_NPD=... make npd-test`).
 """
 from __future__ import annotations
 
