@@ -35,7 +35,7 @@ BIN := $(VENV)/bin
 
 PYTEST_FAST_WORKERS ?= 2
 
-.PHONY: gate test test-fast docs simgpu-test clean compat cuda-build-test slurm-test hardware
+.PHONY: gate test test-fast docs simgpu-test clean compat cuda-build-test slurm-test npd-test hardware
 
 $(VENV)/.installed-gate: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -116,6 +116,15 @@ slurm-test: $(VENV)/.installed
 	@PATH="$$PATH:/usr/sbin" command -v slurmctld >/dev/null && PATH="$$PATH:/usr/sbin" command -v munged >/dev/null || \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; }
 	ROCMCHECK_SLURM_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_slurm.py
+
+# The real node-problem-detector runs the gate as docs/recipes/npd-rocmcheck.json configures it (tests/test_npd_real.py,
+# about 2 minutes): ROCMCHECK_NPD names its binary, built from NPD's source (docs/deployment.md says how; NPD is in
+# no package registry this project uses). The committed recipe's own paths need root (a private mount namespace).
+npd-test: $(VENV)/.installed
+	@test -n "$(ROCMCHECK_NPD)" || { echo "make npd-test: set ROCMCHECK_NPD to a node-problem-detector binary" \
+		"(ROCMCHECK_NPD=/path/to/node-problem-detector make npd-test; docs/deployment.md says how to build one)" >&2; exit 2; }
+	@test -x "$(ROCMCHECK_NPD)" || { echo "make npd-test: ROCMCHECK_NPD=$(ROCMCHECK_NPD) is not an executable file" >&2; exit 2; }
+	ROCMCHECK_NPD="$(ROCMCHECK_NPD)" $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_npd_real.py
 
 # On a machine with real GPUs, in at most 8 minutes (scripts/hardware.py --plan lists the steps): the gate twice,
 # three drills on GPU 0, the level-1 run on every GPU and make cuda-build-test's tests with the machine's own

@@ -27,7 +27,9 @@ https://github.com/kubernetes/node-problem-detector/blob/v0.8.19/pkg/customplugi
 https://github.com/kubernetes/node-problem-detector/blob/v0.8.19/docs (custom_plugin_monitor.md)
 
 NPD itself is not in the package registries this project uses (no PyPI or Debian package), so
-these tests run the command as NPD's plugin runner does and read its output by NPD's rules.
+these tests run the command as NPD's plugin runner does and read its output by NPD's rules. The
+real NPD v0.8.19, built from its source, runs the recipe in tests/test_npd_real.py
+(`ROCMCHECK_NPD=... make npd-test`).
 """
 from __future__ import annotations
 
@@ -151,6 +153,9 @@ def test_the_plugin_config_is_valid_for_npd():
     assert os.path.isabs(rule["path"]) and Path(rule["path"]).name == "rocmcheck"
     args = build_parser().parse_args(rule["args"])
     assert args.command == "gate" and args.npd and args.output_prom is not None
+    # NPD kills the plugin's process group with SIGKILL at the timeout (plugin.go): the gate ends itself
+    # before that, with its own UNKNOWN line, verdict and --prom file (the real NPD: tests/test_npd_real.py)
+    assert args.killed_after == go_duration(rule["timeout"])
 
 
 def test_the_daemonset_mounts_what_the_config_names():

@@ -117,7 +117,18 @@ def test_the_file_is_written_whole_then_renamed_in_its_folder(tmp_path, monkeypa
     (source, dest), = renames
     assert dest == target and source.parent == tmp_path and not source.name.endswith(".prom")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rocmcheck.prom"]
-    assert target.read_text() == prom.textfile(report) and not report.run.unwritten
+    assert target.read_text() == prom.textfile(report, target) and not report.run.unwritten
+
+
+def test_every_series_names_its_file(tmp_path):
+    """node_exporter reads its one folder's *.prom files as one exposition: the `textfile` label
+    (the file's name) keeps a gate's file and a run's from repeating each other's series, which
+    node_exporter would drop (tests/test_prom_node_exporter.py runs the real one)."""
+    target = tmp_path / "rocmcheck-gate.prom"
+    write_outputs(two_gpu_report(), [PROM], tmp_path, {"prom": target})
+    unknown = parsed(prom.unknown("no torch", path=tmp_path / "other.prom"))
+    assert {s["textfile"] for series in parsed(target.read_text()).values() for s, _ in series} == {target.name}
+    assert {s["textfile"] for series in unknown.values() for s, _ in series} == {"other.prom"}
 
 
 def test_an_unwritable_prom_path_is_one_line_and_exit_2_before_the_run(monkeypatch, capsys, tmp_path):
@@ -137,6 +148,7 @@ def test_a_gate_that_cannot_assess_writes_unknown(monkeypatch, capsys, tmp_path)
     assert {labels["status"]: value for labels, value in metrics["rocmcheck_node_status"]}["UNKNOWN"] == 1.0
     (info, _), = metrics["rocmcheck_run_info"]
     assert "names simulated GPUs" in info["error"] and "rocmcheck_variant_ok" not in metrics
+    assert info["textfile"] == "node.prom"
 
 
 def test_a_missing_folder_is_not_made_for_the_unknown_file(capsys, tmp_path):

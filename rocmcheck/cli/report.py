@@ -90,7 +90,7 @@ def _write_run_files(args: argparse.Namespace, report: Report) -> None:
     unwritten: Dict[str, str] = {}
     for output in offered("report"):
         path = getattr(args, f"output_{output.name}", None)
-        if path is not None and write_recorded(unwritten, output.name, path, partial(output.render, report)):
+        if path is not None and write_recorded(unwritten, output.name, path, partial(output.text, report, path)):
             print(f"wrote {path} ({output.name} of {args.from_path})")
     if unwritten:
         print(f"rocmcheck: {write_problem(unwritten)}", file=sys.stderr)

@@ -58,7 +58,7 @@ def unknown_metrics(args: argparse.Namespace) -> Iterator[None]:
         if path is not None and path.parent.is_dir():  # a folder that is not there is not made (a typo)
             from ..outputs import prom
 
-            text = prom.unknown(str(exc), args.inject or os.environ.get(INJECT_ENV, ""))
+            text = prom.unknown(str(exc), args.inject or os.environ.get(INJECT_ENV, ""), path)
             write_recorded({}, "prom", path, lambda: text)
         raise
 

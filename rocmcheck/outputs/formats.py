@@ -37,7 +37,7 @@ OUTPUTS: Tuple[Output, ...] = (
     Output("prom", "--prom", textfile, ("run", "gate"), None,
            "also write the run's metrics for node_exporter's textfile collector to this .prom file (replaced "
            "atomically): node status, each variant's and GPU's status, speed figures, a drill label",
-           must_write=True),
+           must_write=True, render_to=textfile),
 )
 
 

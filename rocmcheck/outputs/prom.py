@@ -6,7 +6,12 @@ Named as Prometheus's naming guide asks: the `rocmcheck_` prefix, base units (se
 per second, floating-point operations per second) named by their suffix, `_info` for facts
 (value 1, the facts in labels), states as a state set (one series per possible state, 1 for the
 one that holds). Every series carries `drill` ("true" where a fault was injected on purpose:
-`render.injected`), so an alert can leave drills out with `drill="false"`. The file is written
+`render.injected`), so an alert can leave drills out with `drill="false"`, and `textfile`, the
+file's name: node_exporter reads every *.prom file of its one folder as one exposition, and two
+rocmcheck files there (a gate's and a burn-in run's) would repeat each other's series; the real
+node_exporter (1.5.0) then drops the second file's series, with only a line in its own log
+(`was collected before with the same name and label values`) and `node_textfile_scrape_error`
+still 0 (tests/test_prom_node_exporter.py). The file is written
 whole to a temporary name in the same folder and renamed (`storage.write_atomic`), as the
 collector requires: it never reads half a file. Series:
 
@@ -25,6 +30,7 @@ GO is never left standing.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .. import __version__
@@ -119,10 +125,15 @@ def _one_per_series(report: Report) -> List[Verdict]:
     return list(kept.values())
 
 
-def textfile(report: Report) -> str:
-    """The run's metrics (see the module's docstring)."""
+def _common(drill_faults: Sequence[str], path: Optional[Path]) -> Labels:
+    """The labels every series carries: `drill`, and `textfile` (the file's name) where the file is known."""
+    return {"drill": "true" if drill_faults else "false", **({"textfile": path.name} if path is not None else {})}
+
+
+def textfile(report: Report, path: Optional[Path] = None) -> str:
+    """The run's metrics (see the module's docstring), for the file `path`."""
     drill_faults, simulated = injected(report)
-    drill = {"drill": "true" if drill_faults else "false"}
+    drill = _common(drill_faults, path)
     samples = _node(node_status(report.exit_code()), drill)
     for device in _gpus(report):
         name = str(device["name"])
@@ -150,11 +161,11 @@ def textfile(report: Report) -> str:
     return exposition(samples)
 
 
-def unknown(error: str, inject: str = "") -> str:
-    """The file of a gate that could not assess (no torch, bad input): UNKNOWN, why, and when, so
-    that the file never goes on saying the last run's GO."""
+def unknown(error: str, inject: str = "", path: Optional[Path] = None) -> str:
+    """The file `path` of a gate that could not assess (no torch, bad input): UNKNOWN, why, and
+    when, so that the file never goes on saying the last run's GO."""
     drill_faults, simulated = drill_split([part.strip() for part in inject.split(",")])
-    drill = {"drill": "true" if drill_faults else "false"}
+    drill = _common(drill_faults, path)
     samples = [*_node(node_status(ExitCode.USAGE), drill),
                ("rocmcheck_run_timestamp_seconds", dict(drill), time.time()),
                _info(None, drill_faults, simulated, drill, error)]

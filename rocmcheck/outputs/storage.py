@@ -19,6 +19,7 @@ import secrets
 import socket
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -60,6 +61,12 @@ class Output:
     stdout: Tuple[str, ...] = ()  # the commands where `-` names stdout (the run's own file is still written)
     must_write: bool = False  # a file a deployment reads (the Prometheus textfile): a folder it cannot be
     # written in is bad input, refused before the run (`options.check_outputs`), not a note after it
+    render_to: Optional[Callable[[Report, Path], str]] = None  # a renderer whose text names its own file
+    # (prom: the `textfile` label), used in place of `render` where the file is known
+
+    def text(self, report: Report, path: Path) -> str:
+        """Its text for the file `path`."""
+        return self.render_to(report, path) if self.render_to is not None else self.render(report)
 
     def path(self, out_dir: Path, run_id: str, named: Mapping[str, Path]) -> Optional[Path]:
         """Where it goes: the file its option named, else its default name under `out_dir`, else nowhere."""
@@ -76,7 +83,7 @@ def write_outputs(report: Report, outputs: Sequence[Output], out_dir: Path, name
     for output in outputs:
         path = output.path(out_dir, report.run.id, named)
         if path is not None:
-            write_recorded(report.run.unwritten, output.name, path, lambda: output.render(report),
+            write_recorded(report.run.unwritten, output.name, path, partial(output.text, report, path),
                            replace=output.name in named)
 
 
