@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
 from rocmcheck.context import ProbeContext
 from rocmcheck.errors import Skip
+from rocmcheck.host.fingerprint import device_facts
 from rocmcheck.model import Variant, level_budget
 from rocmcheck.registry import load_all
 
@@ -74,10 +75,11 @@ def warm_up() -> None:
         (x * 2).cpu()
 
 
-def run_on_meta(variant: Variant) -> Tuple[float, Optional[BaseException]]:
-    """The variant's CPU seconds on the host at a GPU's sizes, and what ended it (None: it returned)."""
+def run_on_meta(variant: Variant, run_facts: Dict[str, Any]) -> Tuple[float, Optional[BaseException]]:
+    """The variant's CPU seconds on the host at a GPU's sizes, and what ended it (None: it returned). `run_facts`:
+    the device facts a run hands every probe (its facts child's), so no probe measures gathering them again."""
     ctx = ProbeContext(device="meta", requested_device="cuda:0", profile="gate", params=dict(variant.params),
-                       timeout=variant.spec.timeout,
+                       timeout=variant.spec.timeout, device_facts=run_facts,
                        budget_s=level_budget(variant.params) if "level" in variant.params else None)
     began = time.process_time()
     ended = ctx.call(variant.spec.func, in_child=False)
@@ -88,14 +90,16 @@ def reached_device(ended: Optional[BaseException]) -> bool:
     return ended is None or (not isinstance(ended, Skip) and bool(REACHED_DEVICE.search(str(ended))))
 
 
+@pytest.mark.children  # the run's device facts, as its facts child gathers them, start collect_env's commands
 def test_every_gate_variants_host_setup_at_a_gpus_sizes_fits_its_budget():
     warm_up()
+    run_facts = device_facts()
     variants = gate_variants()
     assert any(v.id == "sdc[1]" for v in variants)
     measured: Dict[str, float] = {}
     not_run: Dict[str, str] = {}
     for variant in variants:
-        seconds, ended = run_on_meta(variant)
+        seconds, ended = run_on_meta(variant, run_facts)
         if reached_device(ended):
             measured[variant.id] = seconds
         else:
