@@ -250,7 +250,7 @@ def test_level_2_names_the_gpu_with_a_stuck_bit_and_the_gpu_that_sags_in_the_nod
     metrics = prom.read_text()
     for probe, gpu in (("gpu-memory", "simgpu:1"), ("sustained-load", "simgpu:0")):
         assert (f'rocmcheck_variant_ok{{probe="{probe}",variant="{probe}[2]",device="{gpu}",status="fail",'
-                f'drill="true"}} 0') in metrics
+                f'drill="true",textfile="node.prom"}} 0') in metrics
 
 
 @pytest.mark.children
