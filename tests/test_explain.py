@@ -39,6 +39,7 @@ CORPUS = json.loads((DATA / "real_reports.json").read_text())["reports"]  # the 
 HELDOUT = json.loads((DATA / "explain_heldout.json").read_text())["reports"]  # frozen: never tuned on
 LATER = json.loads((DATA / "explain_later.json").read_text())["reports"]  # collected after issue 41's tuning
 LATER2 = json.loads((DATA / "explain_later2.json").read_text())["reports"]  # collected after round 2's tuning (148e884)
+LATER3 = json.loads((DATA / "explain_later3.json").read_text())["reports"]  # collected class-blind at 8a498c0
 WRITTEN_FROM = [r for r in CORPUS if r.get("written_from")]  # the reports the first signatures were written from
 HELD_OUT_BELOW = 0xa0  # ~62% of the reports found for issue 35, >= 40% of the whole corpus
 # the classes issue 35 found explain missing: each needs two reports, one of them held out
@@ -73,7 +74,7 @@ def answers():
 
 
 def test_the_corpus_is_real_reports_with_links_resolutions_and_classes():
-    reports = CORPUS + HELDOUT + LATER + LATER2
+    reports = CORPUS + HELDOUT + LATER + LATER2 + LATER3
     assert len(reports) >= 150
     assert len({r["url"] for r in reports}) == len(reports)
     for report in reports:
@@ -184,6 +185,20 @@ def test_the_later_parts_were_collected_after_the_tuning_and_never_overlap_it():
     assert {"amd", "nvidia"} <= {r["gpu"] for r in LATER2} and {"linux", "windows"} <= {r["os"] for r in LATER2}
 
 
+def test_the_third_later_part_was_collected_blind_and_overlaps_nothing():
+    """The third later part: new threads found by generic symptom queries (not by class), none in
+    another part or cited anywhere in the knowledge base; a class the knowledge base lacks is
+    labelled other:<name>, so the part also says how often users hit one."""
+    cited = {link for path in Path(known_issues.__file__).parent.glob("data/**/*.json")
+             for link in re.findall(r"https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/\d+", path.read_text())}
+    assert not {r["url"] for r in LATER3} & ({r["url"] for r in CORPUS + HELDOUT + LATER + LATER2} | cited)
+    assert len(LATER3) >= 30 and sum(r["class"] == "none" for r in LATER3) >= 5
+    assert {"amd", "nvidia"} <= {r["gpu"] for r in LATER3} and {"linux", "windows"} <= {r["os"] for r in LATER3}
+    assert all(r["class"] in CLASSES or r["class"] == "none" or re.match(r"other:[\w.-]+$", r["class"])
+               for r in LATER3)
+    assert all(r.get("collected") == "later3" for r in LATER3)
+
+
 @pytest.mark.parametrize("part, reports, recall, precision, no_gpu_diagnosed", [
     ("issue-41 tuning", [r for r in CORPUS if r.get("collected") == "issue-41"], 42 / 44, 42 / 42, 0),
     ("issue-41 held out", [r for r in HELDOUT if r.get("collected") == "issue-41"], 57 / 62, 57 / 60, 0),
@@ -207,6 +222,27 @@ def test_each_part_of_issue_41_scores_at_least_what_was_measured(part, reports, 
           f"no-GPU logs diagnosed {s['no_gpu_diagnosed']}/{s['no_gpu_logs']}")
     assert s["recall"] >= recall - 1e-9 and s["precision"] >= precision - 1e-9, s
     assert s["no_gpu_diagnosed"] <= no_gpu_diagnosed and s["wrong_confident"] == 0, s
+
+
+def test_the_third_later_part_scores_what_was_measured_wrong_confident_answers_included():
+    """Measured once at 8a498c0, after the part was committed (61e53dc) and never tuned on: 10/20 GPU
+    failures named right, precision 10/14, none of its 15 no-GPU logs diagnosed. 3 of the 20 failures
+    are of a class the knowledge base lacks (other:*); on the 17 it has a class for, 10/17. Two answers
+    are wrong with confidence: 'no kernel image' on cards of compute capability 3.0 and 3.5 that the
+    threads confirm are too old for the build (labelled gpu-too-old), answered with the
+    cuda-no-kernel-image issue of arch-not-in-build. This test asserts those figures as they were,
+    wrong confident answers included (at most 2), rather than the other parts' none."""
+    s = scores(LATER3)
+    print(f"\nthird later: recall {s['right']}/{s['gpu_failures']}, precision {s['right']}/{s['diagnosed']}, "
+          f"wrong with confidence {s['wrong_confident']}, "
+          f"no-GPU logs diagnosed {s['no_gpu_diagnosed']}/{s['no_gpu_logs']}")
+    assert s["gpu_failures"] == 20 and s["no_gpu_logs"] == 15
+    assert s["recall"] >= 10 / 20 - 1e-9 and s["precision"] >= 10 / 14 - 1e-9, s
+    assert s["no_gpu_diagnosed"] <= 0 and s["wrong_confident"] <= 2, s
+    lacking = [r for r in LATER3 if r["class"].startswith("other:")]
+    assert len(lacking) == 3
+    known = scores([r for r in LATER3 if r["class"] in CLASSES])
+    assert known["recall"] >= 10 / 17 - 1e-9, known
 
 
 def test_a_log_shows_its_lines_and_facts_and_nothing_recognised_is_exit_1(tmp_path, capsys):
