@@ -56,6 +56,8 @@ ISSUE_41_CLASSES = ("nvidia-fabric-manager", "cuda-forward-compat", "cuda-init-u
                     "collective-desync", "windows-no-nccl", "nccl-network", "nccl-memlock", "duplicate-gpu-rank",
                     "pci-bar", "amdgpu-init-failed", "windows-dll", "windows-backend", "device-assert-user-data",
                     "windows-distributed")
+# the classes round 3 added from the third later part's misses (new reports, two each, one held out)
+ROUND_3_CLASSES = ("triton-missing", "device-count-assert")
 
 
 def held_out(report) -> bool:
@@ -95,7 +97,7 @@ def test_the_split_follows_its_rule_and_holds_out_at_least_40_percent():
 
 def test_every_missed_class_has_two_reports_one_held_out_and_the_corpus_spans_vendors_and_systems():
     reports = CORPUS + HELDOUT
-    for cls in MISSED_CLASSES + ISSUE_41_CLASSES:
+    for cls in MISSED_CLASSES + ISSUE_41_CLASSES + ROUND_3_CLASSES:
         assert sum(r["class"] == cls for r in reports) >= 2 and any(r["class"] == cls for r in HELDOUT), cls
     assert sum(r["class"] == "none" for r in reports) >= 25
     assert {"amd", "nvidia"} <= {r["gpu"] for r in HELDOUT}
@@ -163,7 +165,11 @@ def test_precision_and_recall_on_both_parts_and_no_log_without_a_gpu_issue_diagn
     reports added to both parts: tuning 146/153 (precision 146/150), held-out 126/140 (precision
     126/136); the explain of 56c2b48 scored 108/153 and 72/140 on them. With round 2's reports:
     tuning 158/167 (precision 158/162; bitsandbytes#372, a lone CPU-build notice, is now called
-    benign), held out 139/153 (precision 139/149)."""
+    benign), held out 139/153 (precision 139/149). With round 3's reports: the explain of e9d639e scored
+    tuning 159/173 (precision 159/166) and held out 144/164 (precision 144/155); round 3's knowledge
+    (e204190) scores 163/173 (precision 163/168) and 148/164 (precision 148/159): one held-out report
+    became a miss (ROCm/legacy-rocm-build#5245, a HIP error labelled hip-error, now led by
+    memory-access-fault because HIP prints CUDA's 'an illegal memory access was encountered')."""
     s = scores(reports)
     print(f"\n{part}: recall {s['right']}/{s['gpu_failures']} = {s['recall']:.2f}, precision {s['right']}/"
           f"{s['diagnosed']} = {s['precision']:.2f}, wrong with confidence {s['wrong_confident']}, "
@@ -206,6 +212,8 @@ def test_the_third_later_part_was_collected_blind_and_overlaps_nothing():
     ("round-2 tuning", [r for r in CORPUS if r.get("collected") == "issue-41-r2"], 13 / 14, 13 / 13, 0),
     ("round-2 held out", [r for r in HELDOUT if r.get("collected") == "issue-41-r2"], 13 / 13, 13 / 13, 0),
     ("second later", LATER2, 35 / 37, 35 / 36, 0),
+    ("round-3 tuning", [r for r in CORPUS if r.get("collected") == "issue-41-r3"], 5 / 6, 5 / 6, 0),
+    ("round-3 held out", [r for r in HELDOUT if r.get("collected") == "issue-41-r3"], 10 / 11, 10 / 10, 0),
 ])
 def test_each_part_of_issue_41_scores_at_least_what_was_measured(part, reports, recall, precision, no_gpu_diagnosed):
     """Issue 41, measured when each part was frozen (before issue 41's knowledge the same explain
@@ -216,7 +224,12 @@ def test_each_part_of_issue_41_scores_at_least_what_was_measured(part, reports, 
     was). Round 2's own reports, split by the same rule before its signatures: explain scored 3/14
     and 1/13 on them (1 of 4 no-GPU logs diagnosed) before round 2. The second later part was
     collected after round 2's tuning was frozen (148e884) and measured once: 35/37 (95%),
-    precision 35/36, none of its 5 no-GPU logs diagnosed, no wrong confident answer."""
+    precision 35/36, none of its 5 no-GPU logs diagnosed, no wrong confident answer. Round 3's own
+    reports (collected from the classes the third later part missed, split by the same rule before any
+    signature, committed at cbc0a94): the explain of e9d639e scored 1/6 (precision 1/4) and 5/11
+    (precision 5/6) on them; after round 3 (e204190) 5/6 and 10/11. The later part's 21/28 is asserted
+    as measured; explain names 26/28 of it before and after round 3, which is not a measurement
+    (round 2 generalised from its misses)."""
     s = scores(reports)
     print(f"\n{part}: recall {s['right']}/{s['gpu_failures']}, precision {s['right']}/{s['diagnosed']}, "
           f"no-GPU logs diagnosed {s['no_gpu_diagnosed']}/{s['no_gpu_logs']}")
@@ -230,19 +243,26 @@ def test_the_third_later_part_scores_what_was_measured_wrong_confident_answers_i
     are of a class the knowledge base lacks (other:*); on the 17 it has a class for, 10/17. Two answers
     are wrong with confidence: 'no kernel image' on cards of compute capability 3.0 and 3.5 that the
     threads confirm are too old for the build (labelled gpu-too-old), answered with the
-    cuda-no-kernel-image issue of arch-not-in-build. This test asserts those figures as they were,
-    wrong confident answers included (at most 2), rather than the other parts' none."""
+    cuda-no-kernel-image issue of arch-not-in-build. Those were the figures as measured.
+
+    Round 3 then generalised from its misses (new reports, never this part's threads or lines), so
+    what this part scores now is NOT a measurement: 11/20, precision 11/17, none wrong with
+    confidence (a 'no kernel image' log that names no card is now undecided, not confident); 11/17 on
+    the classes the knowledge base had. Precision fell because two of its three other:* failures
+    (the lazy-init 'device >= 0 && device < num_gpus' assert) are now named device-count-assert, a
+    class round 3 added, while their labels, fixed before round 3, say other:*. The test asserts
+    what explain scores now, so a later change that loses it shows."""
     s = scores(LATER3)
     print(f"\nthird later: recall {s['right']}/{s['gpu_failures']}, precision {s['right']}/{s['diagnosed']}, "
           f"wrong with confidence {s['wrong_confident']}, "
           f"no-GPU logs diagnosed {s['no_gpu_diagnosed']}/{s['no_gpu_logs']}")
     assert s["gpu_failures"] == 20 and s["no_gpu_logs"] == 15
-    assert s["recall"] >= 10 / 20 - 1e-9 and s["precision"] >= 10 / 14 - 1e-9, s
-    assert s["no_gpu_diagnosed"] <= 0 and s["wrong_confident"] <= 2, s
+    assert s["recall"] >= 11 / 20 - 1e-9 and s["precision"] >= 11 / 17 - 1e-9, s
+    assert s["no_gpu_diagnosed"] <= 0 and s["wrong_confident"] == 0, s
     lacking = [r for r in LATER3 if r["class"].startswith("other:")]
     assert len(lacking) == 3
     known = scores([r for r in LATER3 if r["class"] in CLASSES])
-    assert known["recall"] >= 10 / 17 - 1e-9, known
+    assert known["recall"] >= 11 / 17 - 1e-9, known
 
 
 def test_a_log_shows_its_lines_and_facts_and_nothing_recognised_is_exit_1(tmp_path, capsys):
@@ -571,11 +591,49 @@ def test_report_log_puts_the_recognised_excerpt_and_issue_in_the_attachment(tmp_
     ("RuntimeError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!", "process-group-sees-no-gpu", True),
     (NO_BINARY_LOG, "hip-no-binary-for-gpu", True),
     ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "cuda-no-kernel-image",
+     False),
+    ("NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation.\n"
+     "RuntimeError: CUDA error: no kernel image is available for execution on the device", "cuda-no-kernel-image",
      True),
 ])
 def test_the_failures_users_name_most_each_have_a_tested_entry(log, expected, confident):
     first = explain(log)["known_issues"][0]
     assert (first["id"], first["confident"]) == (expected, confident) and first["workaround"]
+
+
+def test_a_no_kernel_image_log_that_names_no_card_leaves_too_old_and_not_built_open():
+    """Round 3: 'no kernel image' is printed alike for a card older than the build's oldest arch
+    (gpu-too-old) and an arch the build left out (arch-not-in-build). A log that names no compute
+    capability gets both classes and a possible (not confident) known issue that says what decides;
+    a log that names the card's sm_XY keeps the confident answer."""
+    bare = explain("RuntimeError: CUDA error: no kernel image is available for execution on the device")
+    assert [c["id"] for c in bare["classes"]][:2] == ["arch-not-in-build", "gpu-too-old"]
+    assert any("compute capability" in w for w in bare["classes"][1]["why"])
+    issue = bare["known_issues"][0]
+    assert not issue["confident"] and any("get_arch_list" in d for d in issue["decide"])
+    named = explain("NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch "
+                    "installation.\nRuntimeError: CUDA error: no kernel image is available for execution on the device")
+    assert "gpu-too-old" not in [c["id"] for c in named["classes"]] and named["known_issues"][0]["confident"]
+
+
+def test_round_3_classes_triton_missing_and_the_device_count_assert():
+    """torch.compile without a working triton, and CUDA's lazy-init 'device >= 0 && device < num_gpus'
+    assert, are named; xFormers' optional-Triton notice and an out-of-range device_index the program
+    asked for are not."""
+    compile_log = explain("torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\nRuntimeError: "
+                          "Cannot find a working triton installation. Either the package is not installed or it is "
+                          "too old.")
+    assert compile_log["classes"][0]["id"] == "triton-missing"
+    init_log = explain("RuntimeError: device >= 0 && device < num_gpus INTERNAL ASSERT FAILED at "
+                       "\"../aten/src/ATen/cuda/CUDAContext.cpp\":50, please report a bug to PyTorch. "
+                       "device=, num_gpus=")
+    assert init_log["classes"][0]["id"] == "device-count-assert"
+    notice = explain("A matching Triton is not available, some optimizations will not be enabled.\n"
+                     "Error caught was: No module named 'triton'")
+    assert not notice["classes"] and [b["id"] for b in notice["benign"]] == ["benign-xformers-triton"]
+    asked = explain("RuntimeError: device_index >= 0 && device_index < num_gpus INTERNAL ASSERT FAILED at "
+                    "\"../c10/cuda/CUDAStream.cpp\":247, please report a bug to PyTorch")
+    assert not asked["classes"]
 
 
 # --- calibration: a confident answer only where the log's own facts fit its scope --------------

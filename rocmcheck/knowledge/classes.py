@@ -32,6 +32,8 @@ FAMILY_OVERRIDES = {"gfx103": "10.3.0", "gfx110": "11.0.0"}
 PROGRESSED_SEQ = 20
 # classes of an NCCL failure that an NCCL older than the card explains
 NCCL_FAILURES = ("collective-hang", "nccl-shm", "nccl-network", "duplicate-gpu-rank", "cuda-error")
+# the reason given where a CUDA 'no kernel image' log cannot tell gpu-too-old from arch-not-in-build
+UNDECIDED = "undecided:"
 # an out-of-memory on ROCm with at most this much GPU memory is an APU's carve-out (512 MB by default)
 CARVE_OUT_MIB = 1024
 
@@ -153,11 +155,27 @@ def classify(found: Sequence[Dict[str, Any]], facts: Dict[str, Any]) -> List[Dic
         return []
     leading, why = refine(ranked[0], facts)
     ordered = list(dict.fromkeys([leading, *ranked]))
+    undecided = _too_old_or_not_built(leading, lines.get(leading, []), facts)
+    if undecided and "gpu-too-old" not in ordered:
+        ordered.insert(1, "gpu-too-old")
     out = []
     for n, cls in enumerate(ordered):
         reasons = ([f"recognised: {', '.join(lines[cls])}"] if cls in lines else []) + (why if n == 0 else [])
+        if undecided and cls in ("arch-not-in-build", "gpu-too-old"):
+            reasons.append(undecided)
         out.append(describe(cls, facts, reasons))
     return out
+
+
+def _too_old_or_not_built(leading: str, signature_ids: Sequence[str], facts: Dict[str, Any]) -> Optional[str]:
+    """A CUDA 'no kernel image' whose log names no compute capability cannot tell a card older
+    than the build's oldest arch (gpu-too-old) from an arch the build left out (arch-not-in-build):
+    both print the same line. Why both stay open, and what decides, or None where the log tells."""
+    if leading != "arch-not-in-build" or "cuda-no-kernel-image" not in signature_ids or facts.get("arch"):
+        return None
+    return (UNDECIDED + " the log does not name the card's compute capability, so a card older than the build's "
+            "oldest arch and an arch the build left out read the same; decided by the card's compute capability "
+            "(nvidia-smi --query-gpu=name,compute_cap) against the build's torch.cuda.get_arch_list()")
 
 
 def describe(cls: str, facts: Dict[str, Any], why: List[str]) -> Dict[str, Any]:
