@@ -32,8 +32,8 @@ FAMILY_OVERRIDES = {"gfx103": "10.3.0", "gfx110": "11.0.0"}
 PROGRESSED_SEQ = 20
 # classes of an NCCL failure that an NCCL older than the card explains
 NCCL_FAILURES = ("collective-hang", "nccl-shm", "nccl-network", "duplicate-gpu-rank", "cuda-error")
-# the reason given where a CUDA 'no kernel image' log cannot tell gpu-too-old from arch-not-in-build
-UNDECIDED = "undecided:"
+# the two classes a CUDA 'no kernel image' log that names no card cannot tell apart
+TOO_OLD_OR_NOT_BUILT = ("arch-not-in-build", "gpu-too-old")
 # an out-of-memory on ROCm with at most this much GPU memory is an APU's carve-out (512 MB by default)
 CARVE_OUT_MIB = 1024
 
@@ -161,9 +161,12 @@ def classify(found: Sequence[Dict[str, Any]], facts: Dict[str, Any]) -> List[Dic
     out = []
     for n, cls in enumerate(ordered):
         reasons = ([f"recognised: {', '.join(lines[cls])}"] if cls in lines else []) + (why if n == 0 else [])
-        if undecided and cls in ("arch-not-in-build", "gpu-too-old"):
+        if undecided and cls in TOO_OLD_OR_NOT_BUILT:
             reasons.append(undecided)
-        out.append(describe(cls, facts, reasons))
+        described = describe(cls, facts, reasons)
+        if undecided and cls in TOO_OLD_OR_NOT_BUILT:
+            described["undecided"] = True  # its known issues are possible, not confident (`explain`)
+        out.append(described)
     return out
 
 
@@ -173,7 +176,7 @@ def _too_old_or_not_built(leading: str, signature_ids: Sequence[str], facts: Dic
     both print the same line. Why both stay open, and what decides, or None where the log tells."""
     if leading != "arch-not-in-build" or "cuda-no-kernel-image" not in signature_ids or facts.get("arch"):
         return None
-    return (UNDECIDED + " the log does not name the card's compute capability, so a card older than the build's "
+    return ("undecided: the log does not name the card's compute capability, so a card older than the build's "
             "oldest arch and an arch the build left out read the same; decided by the card's compute capability "
             "(nvidia-smi --query-gpu=name,compute_cap) against the build's torch.cuda.get_arch_list()")
 

@@ -213,7 +213,7 @@ def _cuda_build_reading(card: str, built: Optional[List[str]]) -> str:
 
 def _undecided(issue: Dict[str, Any]) -> Dict[str, Any]:
     """An arch-not-in-build issue for a log that cannot tell it from a card too old for the build
-    (classes.UNDECIDED): possible, not confident, with what decides."""
+    (a class marked `undecided` by `classes.classify`): possible, not confident, with what decides."""
     if issue.get("class") != "arch-not-in-build":
         return issue
     decide = [*issue["decide"], "the card's compute capability against the build's torch.cuda.get_arch_list() "
@@ -251,7 +251,7 @@ def explain(text: str, local: Optional[Dict[str, Any]] = None, redactor: Optiona
     lines = {f["id"]: [ln["text"] for ln in f["lines"]] for f in found}
     issues = known_issues.match_log(lines, facts, [f["id"] for f in found if not f["generic"]],
                                     leading["id"] if leading else None)
-    if leading and any(w.startswith(classes.UNDECIDED) for w in leading["why"]):
+    if leading and leading.get("undecided"):
         issues = [_undecided(issue) for issue in issues]
     probes = list(dict.fromkeys([*(p for issue in issues if issue["confident"] for p in issue["confirm"]),
                                  *(leading["confirm"] if leading else ()),
